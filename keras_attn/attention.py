@@ -1,0 +1,301 @@
+"""`Attention`: the classic score-function attention family."""
+
+import keras
+from keras import layers, ops
+
+from keras_attn import masking, scores
+
+
+def _positive_int(name, value, allow_none=False):
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(
+            f"Expected {name} to be a positive integer. "
+            f"Received: {name}={value!r}"
+        )
+
+
+def _check_rate(name, value):
+    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(
+            f"Expected {name} to be a float in [0, 1). "
+            f"Received: {name}={value!r}"
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class Attention(layers.Layer):
+    """Attention with a choice of score function (dot, general, additive...).
+
+    For queries `s_i` (e.g. decoder states) and keys/values `h_j` (e.g.
+    encoder states) the layer computes scores `e_ij`, the distribution
+    `α_i = softmax_j(e_ij)` over unmasked keys, and the context
+    `a_i = Σ_j α_ij v_j`. The score is one of:
+
+    - `"dot"`: `e_ij = s_iᵀ h_j` (needs `Dq == Dk`).
+    - `"scaled_dot"`: `e_ij = s_iᵀ h_j / sqrt(Dk)`.
+    - `"general"`: `e_ij = s_iᵀ W h_j`, `W` of shape `(Dq, Dk)`.
+    - `"low_rank"`: `e_ij = (U s_i)ᵀ (V h_j)`, `U ∈ R^{k×Dq}`,
+      `V ∈ R^{k×Dk}`, `k = rank`.
+    - `"additive"`: `e_ij = vᵀ tanh(W₁ h_j + W₂ s_i + b)` with `units`
+      hidden units (Bahdanau et al. 2015).
+
+    One implementation of masking, softmax and the weighted sum serves every
+    score; only `scores.py` differs.
+
+    Args:
+        score: one of `"dot"`, `"scaled_dot"`, `"general"`, `"low_rank"`,
+            `"additive"`. Defaults to `"dot"`.
+        units: hidden width of the additive score; required for
+            `"additive"`. Defaults to `None`.
+        rank: `k` of the low-rank score; required for `"low_rank"`.
+            Defaults to `None`.
+        use_bias: whether the additive score has a bias `b`. Defaults to
+            `True`.
+        dropout: dropout rate on the attention weights. Defaults to `0.0`.
+        kernel_initializer: initializer of `W`, `U`, `V`, `W₁`, `W₂`, `v`.
+            Defaults to `"glorot_uniform"`.
+        bias_initializer: initializer of `b`. Defaults to `"zeros"`.
+        kernel_regularizer: regularizer of the kernels. Defaults to `None`.
+        bias_regularizer: regularizer of `b`. Defaults to `None`.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`...).
+
+    Call arguments:
+        query: `(B, Tq, Dq)`.
+        value: `(B, Tv, Dv)`.
+        key: optional `(B, Tv, Dk)`; defaults to `value`.
+        query_mask: optional boolean `(B, Tq)`. Masked queries get all-zero
+            weights and a zero context; the mask is propagated to the output.
+        value_mask: optional boolean `(B, Tv)`; masked keys get weight
+            exactly 0. Both masks are read from Keras masks (e.g.
+            `Embedding(mask_zero=True)`) when not given.
+        use_causal_mask: query `i` only attends to keys `j <= i`. Defaults
+            to `False`.
+        return_attention_scores: also return the weights. Defaults to
+            `False`.
+        training: whether dropout is active.
+
+    Returns:
+        The context `(B, Tq, Dv)` and, with `return_attention_scores=True`,
+        the weights `(B, Tq, Tv)` (softmax probabilities; a row whose keys
+        are all masked is all zeros, never NaN).
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = Attention(score="general")
+    >>> context = layer(np.ones((2, 3, 4)), np.ones((2, 5, 4)))
+    >>> tuple(context.shape)
+    (2, 3, 4)
+
+    References:
+        - [Bahdanau et al. 2015](https://arxiv.org/abs/1409.0473)
+        - [Luong et al. 2015](https://arxiv.org/abs/1508.04025)
+    """
+
+    def __init__(
+        self,
+        score="dot",
+        units=None,
+        rank=None,
+        use_bias=True,
+        dropout=0.0,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if score not in scores.SCORES:
+            raise ValueError(
+                f"Expected score to be one of {scores.SCORES}. "
+                f"Received: score={score!r}"
+            )
+        if score == "additive":
+            _positive_int("units", units)
+        else:
+            _positive_int("units", units, allow_none=True)
+        if score == "low_rank":
+            _positive_int("rank", rank)
+        else:
+            _positive_int("rank", rank, allow_none=True)
+        _check_rate("dropout", dropout)
+        self.score = score
+        self.units = units
+        self.rank = rank
+        self.use_bias = use_bias
+        self.dropout = dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.supports_masking = True
+
+    def _kernel(self, name, shape):
+        return self.add_weight(
+            name=name,
+            shape=shape,
+            initializer=keras.initializers.get(
+                self.kernel_initializer.__class__.from_config(
+                    self.kernel_initializer.get_config()
+                )
+            ),
+            regularizer=self.kernel_regularizer,
+        )
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        for name, shape in (
+            ("query", query_shape),
+            ("value", value_shape),
+            ("key", key_shape),
+        ):
+            if len(shape) != 3:
+                raise ValueError(
+                    f"Expected {name} to have rank 3 (batch, time, "
+                    f"features). Received: {name}.shape={tuple(shape)}"
+                )
+        dq, dk = query_shape[-1], key_shape[-1]
+        if self.score in ("dot", "scaled_dot") and dq != dk:
+            raise ValueError(
+                f'score="{self.score}" needs query and key of the same '
+                f"width. Received: query.shape={tuple(query_shape)}, "
+                f"key.shape={tuple(key_shape)}"
+            )
+        if self.score == "general":
+            self.kernel = self._kernel("kernel", (dq, dk))
+        elif self.score == "low_rank":
+            self.query_kernel = self._kernel("query_kernel", (dq, self.rank))
+            self.key_kernel = self._kernel("key_kernel", (dk, self.rank))
+        elif self.score == "additive":
+            self.query_kernel = self._kernel("query_kernel", (dq, self.units))
+            self.key_kernel = self._kernel("key_kernel", (dk, self.units))
+            self.score_kernel = self._kernel("score_kernel", (self.units,))
+            self.bias = None
+            if self.use_bias:
+                self.bias = self.add_weight(
+                    name="bias",
+                    shape=(self.units,),
+                    initializer=self.bias_initializer,
+                    regularizer=self.bias_regularizer,
+                )
+        self.dropout_layer = layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="dropout"
+        )
+        self.dropout_layer.build(None)
+        self.built = True
+
+    def compute_scores(self, query, key):
+        """Unnormalized scores `(B, Tq, Tk)` for this layer's score."""
+        if self.score == "dot":
+            return scores.dot_score(query, key)
+        if self.score == "scaled_dot":
+            return scores.scaled_dot_score(query, key)
+        if self.score == "general":
+            return scores.general_score(query, key, self.kernel)
+        if self.score == "low_rank":
+            return scores.low_rank_score(
+                query, key, self.query_kernel, self.key_kernel
+            )
+        return scores.additive_score(
+            query,
+            key,
+            self.query_kernel,
+            self.key_kernel,
+            self.score_kernel,
+            self.bias,
+        )
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        key = value if key is None else key
+        _check_batch(query, value, key)
+        query = ops.cast(query, self.compute_dtype)
+        key = ops.cast(key, self.compute_dtype)
+        value = ops.cast(value, self.compute_dtype)
+        logits = self.compute_scores(query, key)  # (B, Tq, Tv)
+        mask = masking.merge_masks(
+            ops.shape(query)[1],
+            ops.shape(key)[1],
+            query_mask=query_mask,
+            value_mask=value_mask,
+            use_causal_mask=use_causal_mask,
+        )
+        weights = masking.masked_softmax(logits, mask)  # (B, Tq, Tv)
+        dropped = self.dropout_layer(weights, training=training)
+        context = ops.einsum("bqk,bkd->bqd", dropped, value)  # (B, Tq, Dv)
+        if return_attention_scores:
+            return context, weights
+        return context
+
+    def compute_output_shape(
+        self, query_shape, value_shape, key_shape=None, **kwargs
+    ):
+        return (*query_shape[:-1], value_shape[-1])
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        out = keras.KerasTensor(
+            (*query.shape[:-1], value.shape[-1]), dtype=self.compute_dtype
+        )
+        if return_attention_scores:
+            weights = keras.KerasTensor(
+                (query.shape[0], query.shape[1], value.shape[1]),
+                dtype=self.compute_dtype,
+            )
+            return out, weights
+        return out
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "score": self.score,
+            "units": self.units,
+            "rank": self.rank,
+            "use_bias": self.use_bias,
+            "dropout": self.dropout,
+            "kernel_initializer": keras.initializers.serialize(
+                self.kernel_initializer
+            ),
+            "bias_initializer": keras.initializers.serialize(
+                self.bias_initializer
+            ),
+            "kernel_regularizer": keras.regularizers.serialize(
+                self.kernel_regularizer
+            ),
+            "bias_regularizer": keras.regularizers.serialize(
+                self.bias_regularizer
+            ),
+        }
+
+
+def _check_batch(query, value, key):
+    """Raise a clear error when static batch sizes disagree."""
+    sizes = {"query": query.shape[0], "value": value.shape[0]}
+    sizes["key"] = key.shape[0]
+    known = {k: v for k, v in sizes.items() if v is not None}
+    if len(set(known.values())) > 1:
+        raise ValueError(
+            "Expected query, value and key to have the same batch size. "
+            f"Received: batch sizes {known}"
+        )

@@ -1,0 +1,57 @@
+"""Attention score functions (CS224N lecture notes; Luong et al. 2015).
+
+Each function maps queries `s` of shape `(B, Tq, Dq)` and keys `h` of shape
+`(B, Tk, Dk)` to unnormalized scores `e` of shape `(B, Tq, Tk)`. Weights are
+passed in by the calling layer, which owns them. `keras.ops` only.
+"""
+
+import math
+
+from keras import ops
+
+SCORES = ("dot", "scaled_dot", "general", "low_rank", "additive")
+
+
+def dot_score(query, key):
+    """`e_ij = s_iᵀ h_j`."""
+    return ops.einsum("bqd,bkd->bqk", query, key)  # (B, Tq, Tk)
+
+
+def scaled_dot_score(query, key):
+    """`e_ij = s_iᵀ h_j / sqrt(d)` (Vaswani et al. 2017)."""
+    depth = query.shape[-1]
+    scale = ops.cast(1.0 / math.sqrt(depth), query.dtype)
+    return dot_score(query * scale, key)  # (B, Tq, Tk)
+
+
+def general_score(query, key, kernel):
+    """Multiplicative score `e_ij = s_iᵀ W h_j`, `kernel = W` of `(Dq, Dk)`."""
+    projected = ops.einsum("bqd,de->bqe", query, kernel)  # (B, Tq, Dk)
+    return dot_score(projected, key)  # (B, Tq, Tk)
+
+
+def low_rank_score(query, key, query_kernel, key_kernel):
+    """Reduced-rank score `e_ij = (U s_i)ᵀ (V h_j)`.
+
+    `query_kernel = Uᵀ` of shape `(Dq, k)` and `key_kernel = Vᵀ` of shape
+    `(Dk, k)`, so `sᵀ Uᵀ V h` with rank `k`.
+    """
+    us = ops.einsum("bqd,dr->bqr", query, query_kernel)  # (B, Tq, k)
+    vh = ops.einsum("bkd,dr->bkr", key, key_kernel)  # (B, Tk, k)
+    return dot_score(us, vh)  # (B, Tq, Tk)
+
+
+def additive_score(
+    query, key, query_kernel, key_kernel, score_kernel, bias=None
+):
+    """Bahdanau score `e_ij = vᵀ tanh(W₁ h_j + W₂ s_i + b)`.
+
+    `key_kernel = W₁ᵀ` `(Dk, U)`, `query_kernel = W₂ᵀ` `(Dq, U)`,
+    `score_kernel = v` `(U,)`, optional `bias = b` `(U,)`.
+    """
+    w2s = ops.einsum("bqd,du->bqu", query, query_kernel)  # (B, Tq, U)
+    w1h = ops.einsum("bkd,du->bku", key, key_kernel)  # (B, Tk, U)
+    hidden = w2s[:, :, None, :] + w1h[:, None, :, :]  # (B, Tq, Tk, U)
+    if bias is not None:
+        hidden = hidden + bias
+    return ops.einsum("bqku,u->bqk", ops.tanh(hidden), score_kernel)

@@ -1,0 +1,217 @@
+"""`StructuredSelfAttention` (Lin et al. 2017)."""
+
+import keras
+from keras import layers, ops
+
+from keras_attn import masking
+from keras_attn.attention import _check_rate, _positive_int
+
+
+def frobenius_penalty(weights):
+    """Per-example `‖A Aᵀ − I‖²_F` for weights `A` of shape `(B, r, T)`.
+
+    Returns a float32 tensor of shape `(B,)`.
+    """
+    weights = ops.cast(weights, "float32")
+    gram = ops.einsum("brt,bst->brs", weights, weights)  # (B, r, r)
+    eye = ops.eye(ops.shape(weights)[1], dtype="float32")  # (r, r)
+    return ops.sum(ops.square(gram - eye[None]), axis=(1, 2))  # (B,)
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class StructuredSelfAttention(layers.Layer):
+    """Structured self-attentive sentence embedding (Lin et al. 2017).
+
+    For hidden states `H` of shape `(B, T, D)` (e.g. a BiLSTM's outputs)
+    the layer computes `r = num_hops` attention distributions over time,
+
+        A = softmax(W_s2 tanh(W_s1 Hᵀ))        # (B, r, T), softmax over T
+
+    with `W_s1` of shape `(units, D)` and `W_s2` of shape `(r, units)`, and
+    returns the sentence embedding matrix `M = A H` of shape `(B, r, D)`.
+
+    Penalty. To keep the hops from attending to the same words, the layer
+    adds (through `add_loss`, during training and inference alike, as Keras
+    regularization losses do)
+
+        penalty_coefficient × mean_b ‖A_b A_bᵀ − I‖²_F
+
+    where `‖·‖²_F` is the squared Frobenius norm, i.e. the sum over all
+    `r × r` entries of the squared difference, and the mean is over the
+    examples of the batch (not over the `r × r` entries, not a sum over the
+    batch, and not the square root: published re-implementations differ on
+    each of these). It is computed from the masked `A` and in float32. No
+    loss is added when `penalty_coefficient == 0`.
+
+    Masks: padded time steps (from `mask`, or the Keras mask of the inputs,
+    e.g. `Embedding(mask_zero=True)`) get weight exactly 0; an example whose
+    steps are all masked gets `A = 0` and `M = 0` (never NaN). The output
+    has a hop axis, not a time axis, so no mask is propagated.
+
+    Args:
+        units: `d_a`, the hidden width of `W_s1`. Defaults to `350`.
+        num_hops: `r`, the number of attention hops. Defaults to `30`.
+        penalty_coefficient: weight of the penalty (non-negative). Defaults
+            to `1.0`.
+        use_bias: whether `W_s1` has a bias (the paper has none). Defaults
+            to `False`.
+        dropout: dropout rate on `A` before `M = A H`. Defaults to `0.0`.
+        kernel_initializer: initializer of `W_s1` and `W_s2`. Defaults to
+            `"glorot_uniform"`.
+        kernel_regularizer: regularizer of `W_s1` and `W_s2`. Defaults to
+            `None`.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: `H`, of shape `(B, T, D)`.
+        mask: optional boolean `(B, T)`.
+        return_attention_scores: also return `A`. Defaults to `False`.
+        training: whether dropout is active.
+
+    Returns:
+        `M` of shape `(B, r, D)` and, with `return_attention_scores=True`,
+        `A` of shape `(B, r, T)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = StructuredSelfAttention(units=8, num_hops=2)
+    >>> m, a = layer(np.ones((3, 5, 4)), return_attention_scores=True)
+    >>> tuple(m.shape), tuple(a.shape)
+    ((3, 2, 4), (3, 2, 5))
+
+    References:
+        - [Lin et al. 2017](https://arxiv.org/abs/1703.03130)
+    """
+
+    def __init__(
+        self,
+        units=350,
+        num_hops=30,
+        penalty_coefficient=1.0,
+        use_bias=False,
+        dropout=0.0,
+        kernel_initializer="glorot_uniform",
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        _positive_int("units", units)
+        _positive_int("num_hops", num_hops)
+        if (
+            isinstance(penalty_coefficient, bool)
+            or not isinstance(penalty_coefficient, (int, float))
+            or penalty_coefficient < 0
+        ):
+            raise ValueError(
+                "Expected penalty_coefficient to be a non-negative number. "
+                f"Received: penalty_coefficient={penalty_coefficient!r}"
+            )
+        _check_rate("dropout", dropout)
+        self.units = units
+        self.num_hops = num_hops
+        self.penalty_coefficient = float(penalty_coefficient)
+        self.use_bias = use_bias
+        self.dropout = dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.supports_masking = True
+
+    def _initializer(self):
+        init = self.kernel_initializer
+        return init.__class__.from_config(init.get_config())
+
+    def build(self, input_shape):
+        if len(input_shape) != 3:
+            raise ValueError(
+                "Expected inputs to have rank 3 (batch, time, features). "
+                f"Received: inputs.shape={tuple(input_shape)}"
+            )
+        dim = input_shape[-1]
+        if dim is None:
+            raise ValueError(
+                "The last dimension of the inputs must be defined. "
+                f"Received: inputs.shape={tuple(input_shape)}"
+            )
+        self.hidden_kernel = self.add_weight(
+            name="hidden_kernel",  # W_s1ᵀ
+            shape=(dim, self.units),
+            initializer=self._initializer(),
+            regularizer=self.kernel_regularizer,
+        )
+        self.hidden_bias = None
+        if self.use_bias:
+            self.hidden_bias = self.add_weight(
+                name="hidden_bias",
+                shape=(self.units,),
+                initializer="zeros",
+            )
+        self.hop_kernel = self.add_weight(
+            name="hop_kernel",  # W_s2ᵀ
+            shape=(self.units, self.num_hops),
+            initializer=self._initializer(),
+            regularizer=self.kernel_regularizer,
+        )
+        self.dropout_layer = layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="dropout"
+        )
+        self.dropout_layer.build(None)
+        self.built = True
+
+    def call(
+        self, inputs, mask=None, return_attention_scores=False, training=None
+    ):
+        hidden = ops.cast(inputs, self.compute_dtype)  # (B, T, D)
+        x = ops.einsum("btd,du->btu", hidden, self.hidden_kernel)  # (B,T,U)
+        if self.hidden_bias is not None:
+            x = x + self.hidden_bias
+        logits = ops.einsum("btu,ur->brt", ops.tanh(x), self.hop_kernel)
+        # logits: (B, r, T)
+        hop_mask = None
+        if mask is not None:
+            hop_mask = ops.cast(mask, "bool")[:, None, :]  # (B, 1, T)
+        weights = masking.masked_softmax(logits, hop_mask)  # (B, r, T)
+        if self.penalty_coefficient > 0:
+            penalty = ops.mean(frobenius_penalty(weights))
+            self.add_loss(self.penalty_coefficient * penalty)
+        dropped = self.dropout_layer(weights, training=training)
+        outputs = ops.einsum("brt,btd->brd", dropped, hidden)  # (B, r, D)
+        if return_attention_scores:
+            return outputs, weights
+        return outputs
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_hops, input_shape[-1])
+
+    def compute_output_spec(
+        self, inputs, mask=None, return_attention_scores=False, training=None
+    ):
+        out = keras.KerasTensor(
+            self.compute_output_shape(inputs.shape), dtype=self.compute_dtype
+        )
+        if return_attention_scores:
+            weights = keras.KerasTensor(
+                (inputs.shape[0], self.num_hops, inputs.shape[1]),
+                dtype=self.compute_dtype,
+            )
+            return out, weights
+        return out
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "num_hops": self.num_hops,
+            "penalty_coefficient": self.penalty_coefficient,
+            "use_bias": self.use_bias,
+            "dropout": self.dropout,
+            "kernel_initializer": keras.initializers.serialize(
+                self.kernel_initializer
+            ),
+            "kernel_regularizer": keras.regularizers.serialize(
+                self.kernel_regularizer
+            ),
+        }
