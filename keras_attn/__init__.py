@@ -2,6 +2,9 @@
 
 from keras_attn.additive_attention import AdditiveAttention
 from keras_attn.attention import Attention
+from keras_attn.learned_position_embedding import LearnedPositionEmbedding
+from keras_attn.multi_head_positional import MultiHeadPositional
+from keras_attn.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.structured_self_attention import StructuredSelfAttention
 
 __version__ = "0.1.0"
@@ -9,6 +12,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AdditiveAttention",
     "Attention",
+    "LearnedPositionEmbedding",
+    "MultiHeadPositional",
+    "SinusoidalPositionEncoding",
     "StructuredSelfAttention",
     "__version__",
 ]

@@ -1,0 +1,408 @@
+"""`MultiHeadPositional`: multi-head attention with positions and g(·)."""
+
+import math
+
+import keras
+from keras import layers, ops
+
+from keras_attn import masking
+from keras_attn.attention import _check_batch, _check_rate, _positive_int
+from keras_attn.learned_position_embedding import LearnedPositionEmbedding
+from keras_attn.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+
+POSITIONS = ("sinusoidal", "learned", None)
+FEED_FORWARDS = (None, "concat", "per_head")
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MultiHeadPositional(layers.Layer):
+    """Multi-head attention with position encodings and a post-attention g.
+
+    Following the GRU-to-self-attention derivation (Cho's lectures; Vaswani
+    et al. 2017), for query steps `x_t` and key/value steps `x_i`:
+
+        h_t^n = Σ_i α_ti^n V^n(x_i + p(i))
+        α_ti^n ∝ exp(Q^n(x_t + p(t)) · K^n(x_i + p(i)) / sqrt(key_dim))
+        h_t = W_o [h_t^1; ...; h_t^H]             feed_forward=None
+        h_t = W_o g([h_t^1; ...; h_t^H])          feed_forward="concat"
+        h_t = W_o [g(h_t^1); ...; g(h_t^H)]       feed_forward="per_head"
+
+    `p` is the position encoding (`"sinusoidal"`, `"learned"` or `None`),
+    added to the query and to the key/value inputs, each at its own
+    positions `0..T-1`. `g(z) = W_2 act(W_1 z + b_1) + b_2` is a two-layer
+    network applied at every step; `"per_head"` shares one small `g`
+    (`value_dim → feed_forward_dim → value_dim`) across heads, the cheaper
+    variant. With `position=None, feed_forward=None` the layer computes
+    exactly what `keras.layers.MultiHeadAttention` computes, and its weights
+    have the same shapes (copy them across with `set_weights`).
+
+    Args:
+        num_heads: number of heads `H`.
+        key_dim: size of each query/key head.
+        value_dim: size of each value head. Defaults to `key_dim`.
+        position: `"sinusoidal"`, `"learned"` or `None`. Defaults to
+            `"sinusoidal"`.
+        max_length: table size for `position="learned"` (required then).
+            Defaults to `None`.
+        feed_forward: `None`, `"concat"` or `"per_head"`. Defaults to `None`.
+        feed_forward_dim: hidden width of `g`. Defaults to twice the input
+            width of `g`.
+        feed_forward_activation: activation of `g`. Defaults to `"relu"`.
+        dropout: dropout rate on the attention weights. Defaults to `0.0`.
+        use_bias: whether projections have biases. Defaults to `True`.
+        output_dim: output width. Defaults to the query's width.
+        kernel_initializer: Defaults to `"glorot_uniform"`.
+        bias_initializer: Defaults to `"zeros"`.
+        kernel_regularizer: Defaults to `None`.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        query: `(B, Tq, Dq)`.
+        value: `(B, Tv, Dv)`; `None` means self-attention on `query`.
+        key: `(B, Tv, Dk)`; defaults to `value`.
+        query_mask, value_mask: boolean `(B, Tq)` / `(B, Tv)`; read from the
+            Keras masks of `query` / `value` when not given.
+        attention_mask: boolean `(B, Tq, Tv)`, `True` = may attend.
+        use_causal_mask: query `t` only attends to keys `i <= t`.
+        return_attention_scores: also return the weights `(B, H, Tq, Tv)`.
+        training: whether dropout is active.
+        mask: alias of `query_mask`, filled by Keras for `layer(x)`.
+
+    Returns:
+        `(B, Tq, output_dim)`; rows with no key to attend to (masked query,
+        or every key masked) are zeros, never NaN. The query mask is
+        propagated. Without scores requested and without active dropout
+        the layer uses the fused `keras.ops.dot_product_attention`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = MultiHeadPositional(num_heads=2, key_dim=4)
+    >>> tuple(layer(np.ones((3, 6, 8), "float32")).shape)
+    (3, 6, 8)
+
+    References:
+        - [Vaswani et al. 2017](https://arxiv.org/abs/1706.03762)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        position="sinusoidal",
+        max_length=None,
+        feed_forward=None,
+        feed_forward_dim=None,
+        feed_forward_activation="relu",
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        _positive_int("num_heads", num_heads)
+        _positive_int("key_dim", key_dim)
+        _positive_int("value_dim", value_dim, allow_none=True)
+        _positive_int("feed_forward_dim", feed_forward_dim, allow_none=True)
+        _positive_int("output_dim", output_dim, allow_none=True)
+        if position not in POSITIONS:
+            raise ValueError(
+                f"Expected position to be one of {POSITIONS}. "
+                f"Received: position={position!r}"
+            )
+        if position == "learned":
+            _positive_int("max_length", max_length)
+        else:
+            _positive_int("max_length", max_length, allow_none=True)
+        if feed_forward not in FEED_FORWARDS:
+            raise ValueError(
+                f"Expected feed_forward to be one of {FEED_FORWARDS}. "
+                f"Received: feed_forward={feed_forward!r}"
+            )
+        _check_rate("dropout", dropout)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.position = position
+        self.max_length = max_length
+        self.feed_forward = feed_forward
+        self.feed_forward_dim = feed_forward_dim
+        self.feed_forward_activation = keras.activations.get(
+            feed_forward_activation
+        )
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.output_dim = output_dim
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.supports_masking = True
+
+    # -- weights ---------------------------------------------------------
+    def _init(self, initializer):
+        return initializer.__class__.from_config(initializer.get_config())
+
+    def _kernel(self, name, shape):
+        return self.add_weight(
+            name=name,
+            shape=shape,
+            initializer=self._init(self.kernel_initializer),
+            regularizer=self.kernel_regularizer,
+        )
+
+    def _bias(self, name, shape):
+        if not self.use_bias:
+            return None
+        return self.add_weight(
+            name=name,
+            shape=shape,
+            initializer=self._init(self.bias_initializer),
+        )
+
+    def _position_layer(self, name):
+        if self.position == "sinusoidal":
+            return SinusoidalPositionEncoding(
+                dtype=self.dtype_policy, name=name
+            )
+        return LearnedPositionEmbedding(
+            self.max_length, dtype=self.dtype_policy, name=name
+        )
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        for name, shape in (
+            ("query", query_shape),
+            ("value", value_shape),
+            ("key", key_shape),
+        ):
+            if len(shape) != 3 or shape[-1] is None:
+                raise ValueError(
+                    f"Expected {name} of shape (batch, time, features) with "
+                    f"known features. Received: {name}.shape={tuple(shape)}"
+                )
+        heads, dk = self.num_heads, self.key_dim
+        dv = self.value_dim or self.key_dim
+        dq_in, dk_in, dv_in = query_shape[-1], key_shape[-1], value_shape[-1]
+        out_dim = self.output_dim or dq_in
+        # Projections, shaped like keras.layers.MultiHeadAttention's.
+        self.query_kernel = self._kernel("query_kernel", (dq_in, heads, dk))
+        self.query_bias = self._bias("query_bias", (heads, dk))
+        self.key_kernel = self._kernel("key_kernel", (dk_in, heads, dk))
+        self.key_bias = self._bias("key_bias", (heads, dk))
+        self.value_kernel = self._kernel("value_kernel", (dv_in, heads, dv))
+        self.value_bias = self._bias("value_bias", (heads, dv))
+        self.output_kernel = self._kernel("output_kernel", (heads, dv, out_dim))
+        self.output_bias = self._bias("output_bias", (out_dim,))
+        # Post-attention network g.
+        if self.feed_forward is not None:
+            width = heads * dv if self.feed_forward == "concat" else dv
+            hidden = self.feed_forward_dim or 2 * width
+            self.ff_kernel_1 = self._kernel("ff_kernel_1", (width, hidden))
+            self.ff_bias_1 = self._bias("ff_bias_1", (hidden,))
+            self.ff_kernel_2 = self._kernel("ff_kernel_2", (hidden, width))
+            self.ff_bias_2 = self._bias("ff_bias_2", (width,))
+        # Positions. A sinusoidal encoding fits any width; a learned table
+        # is created per distinct input width (one for self-attention).
+        self.query_position = self.value_position = self.key_position = None
+        self._stream_positions = {}
+        if self.position is not None:
+            self.query_position = self._position_layer("query_position")
+            self.query_position.build(query_shape)
+            by_width = {dq_in: self.query_position}
+            if self.position == "learned" and dv_in not in by_width:
+                self.value_position = self._position_layer("value_position")
+                self.value_position.build(value_shape)
+                by_width[dv_in] = self.value_position
+            if self.position == "learned" and dk_in not in by_width:
+                self.key_position = self._position_layer("key_position")
+                self.key_position.build(key_shape)
+                by_width[dk_in] = self.key_position
+            for stream, width in (
+                ("query", dq_in),
+                ("value", dv_in),
+                ("key", dk_in),
+            ):
+                self._stream_positions[stream] = by_width.get(
+                    width, self.query_position
+                )
+        self.dropout_layer = layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="dropout"
+        )
+        self.dropout_layer.build(None)
+        self.built = True
+
+    # -- call ------------------------------------------------------------
+    def _add_positions(self, x, stream):
+        if self.position is None:
+            return x
+        return x + self._stream_positions[stream](x)
+
+    def _project(self, x, kernel, bias):
+        y = ops.einsum("btd,dhk->bthk", x, kernel)  # (B, T, H, K)
+        return y if bias is None else y + bias
+
+    def _g(self, x):
+        h = ops.matmul(x, self.ff_kernel_1)
+        if self.ff_bias_1 is not None:
+            h = h + self.ff_bias_1
+        h = ops.matmul(self.feed_forward_activation(h), self.ff_kernel_2)
+        return h if self.ff_bias_2 is None else h + self.ff_bias_2
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+        mask=None,
+    ):
+        if query_mask is None:
+            # Keras fills `mask` (not `query_mask`) when `query` is the only
+            # tensor argument, as in self-attention `layer(x)`.
+            query_mask = mask
+        if value is None:
+            value, value_mask = query, query_mask
+        if key is None:
+            key, key_mask = value, None
+        if key_mask is not None:
+            value_mask = (
+                key_mask
+                if value_mask is None
+                else ops.logical_and(
+                    ops.cast(value_mask, "bool"), ops.cast(key_mask, "bool")
+                )
+            )
+        dtype = self.compute_dtype
+        query, value, key = (ops.cast(t, dtype) for t in (query, value, key))
+        _check_batch(query, value, key)
+        q = self._project(
+            self._add_positions(query, "query"),
+            self.query_kernel,
+            self.query_bias,
+        )  # (B, Tq, H, K)
+        k = self._project(
+            self._add_positions(key, "key"), self.key_kernel, self.key_bias
+        )  # (B, Tv, H, K)
+        v = self._project(
+            self._add_positions(value, "value"),
+            self.value_kernel,
+            self.value_bias,
+        )  # (B, Tv, H, Dv)
+        mask = masking.merge_masks(
+            ops.shape(query)[1],
+            ops.shape(key)[1],
+            query_mask=query_mask,
+            value_mask=value_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+        )  # (B|1, Tq|1, Tv|1) or None
+        scale = 1.0 / math.sqrt(self.key_dim)
+        dropout_active = self.dropout > 0 and bool(training)
+        weights = None
+        if return_attention_scores or dropout_active:
+            logits = ops.einsum(
+                "bqhk,bvhk->bhqv", q * ops.cast(scale, dtype), k
+            )  # (B, H, Tq, Tv)
+            head_mask = None if mask is None else mask[:, None]
+            weights = masking.masked_softmax(logits, head_mask)
+            dropped = self.dropout_layer(weights, training=training)
+            context = ops.einsum("bhqv,bvhd->bqhd", dropped, v)  # (B,Tq,H,Dv)
+        else:
+            fused_mask = None
+            if mask is not None:
+                fused_mask = ops.broadcast_to(
+                    mask,
+                    (ops.shape(q)[0], ops.shape(q)[1], ops.shape(k)[1]),
+                )[:, None]  # (B, 1, Tq, Tv)
+            context = ops.dot_product_attention(
+                q, k, v, mask=fused_mask, scale=scale
+            )  # (B, Tq, H, Dv)
+        if self.feed_forward == "per_head":
+            context = self._g(context)  # (B, Tq, H, Dv)
+        elif self.feed_forward == "concat":
+            b, t = ops.shape(context)[0], ops.shape(context)[1]
+            flat = ops.reshape(context, (b, t, -1))  # (B, Tq, H*Dv)
+            context = ops.reshape(self._g(flat), ops.shape(context))
+        output = ops.einsum(
+            "bqhd,hdo->bqo", context, self.output_kernel
+        )  # (B, Tq, O)
+        if self.output_bias is not None:
+            output = output + self.output_bias
+        if mask is not None:
+            row_valid = ops.broadcast_to(
+                masking.any_valid(mask), ops.shape(output)[:2]
+            )  # (B, Tq)
+            output = ops.where(
+                row_valid[:, :, None], output, ops.zeros_like(output)
+            )
+        if return_attention_scores:
+            return output, weights
+        return output
+
+    def compute_output_shape(self, query_shape, value_shape=None, **kwargs):
+        return (*query_shape[:-1], self.output_dim or query_shape[-1])
+
+    def compute_output_spec(
+        self,
+        query,
+        value=None,
+        key=None,
+        return_attention_scores=False,
+        **kwargs,
+    ):
+        value = query if value is None else value
+        out = keras.KerasTensor(
+            self.compute_output_shape(query.shape), dtype=self.compute_dtype
+        )
+        if return_attention_scores:
+            scores = keras.KerasTensor(
+                (
+                    query.shape[0],
+                    self.num_heads,
+                    query.shape[1],
+                    value.shape[1],
+                ),
+                dtype=self.compute_dtype,
+            )
+            return out, scores
+        return out
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "key_dim": self.key_dim,
+            "value_dim": self.value_dim,
+            "position": self.position,
+            "max_length": self.max_length,
+            "feed_forward": self.feed_forward,
+            "feed_forward_dim": self.feed_forward_dim,
+            "feed_forward_activation": keras.activations.serialize(
+                self.feed_forward_activation
+            ),
+            "dropout": self.dropout,
+            "use_bias": self.use_bias,
+            "output_dim": self.output_dim,
+            "kernel_initializer": keras.initializers.serialize(
+                self.kernel_initializer
+            ),
+            "bias_initializer": keras.initializers.serialize(
+                self.bias_initializer
+            ),
+            "kernel_regularizer": keras.regularizers.serialize(
+                self.kernel_regularizer
+            ),
+        }

@@ -1,0 +1,261 @@
+"""Tests for `MultiHeadPositional`."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_attn
+from tests import layer_test_case as ltc
+from tests.test_positional import np_sinusoidal
+
+RNG = np.random.default_rng(2)
+FFS = [None, "concat", "per_head"]
+POSITIONS = ["sinusoidal", "learned", None]
+
+
+def x_data(b=2, t=6, d=8):
+    return RNG.normal(size=(b, t, d)).astype("float32")
+
+
+def np_reference(layer, query, value, mask):
+    """Seed 002's formulas with the layer's weights, in NumPy."""
+    w = {v.name: v.numpy() for v in layer.weights}
+
+    def pos(x, stream):
+        if layer.position is None:
+            return x
+        if layer.position == "sinusoidal":
+            return x + np_sinusoidal(np.arange(x.shape[1]), x.shape[2])
+        return (
+            x + layer._stream_positions[stream].embeddings.numpy()[: x.shape[1]]
+        )
+
+    q = np.einsum("btd,dhk->bthk", pos(query, "query"), w["query_kernel"])
+    q += w["query_bias"]
+    k = np.einsum("btd,dhk->bthk", pos(value, "key"), w["key_kernel"])
+    k += w["key_bias"]
+    v = np.einsum("btd,dhk->bthk", pos(value, "value"), w["value_kernel"])
+    v += w["value_bias"]
+    logits = np.einsum("bqhk,bvhk->bhqv", q, k) / np.sqrt(layer.key_dim)
+    alpha = ltc.np_masked_softmax(
+        logits, np.broadcast_to(mask[:, None], logits.shape)
+    )
+    heads = np.einsum("bhqv,bvhd->bqhd", alpha, v)  # (B, Tq, H, Dv)
+
+    def g(z):
+        hidden = np.maximum(z @ w["ff_kernel_1"] + w["ff_bias_1"], 0)
+        return hidden @ w["ff_kernel_2"] + w["ff_bias_2"]
+
+    if layer.feed_forward == "per_head":
+        heads = g(heads)
+    elif layer.feed_forward == "concat":
+        b, t, h, d = heads.shape
+        heads = g(heads.reshape(b, t, h * d)).reshape(b, t, h, d)
+    out = np.einsum("bqhd,hdo->bqo", heads, w["output_kernel"])
+    out += w["output_bias"]
+    return np.where(mask.any(-1)[..., None], out, 0.0), alpha
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("ff", FFS)
+def test_matches_numpy_reference(position, ff):
+    x, mem = x_data(t=5), x_data(t=7)
+    layer = keras_attn.MultiHeadPositional(
+        3,
+        4,
+        value_dim=5,
+        position=position,
+        max_length=9,
+        feed_forward=ff,
+        bias_initializer="random_normal",
+    )
+    qm = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], bool)
+    vm = np.array([[1] * 7, [1, 1, 0, 0, 0, 0, 0]], bool)
+    out, scores = layer(
+        x, mem, query_mask=qm, value_mask=vm, return_attention_scores=True
+    )
+    fused = layer(x, mem, query_mask=qm, value_mask=vm)
+    mask = qm[:, :, None] & vm[:, None, :]
+    want, alpha = np_reference(layer, x, mem, mask)
+    np.testing.assert_allclose(scores, alpha, atol=1e-5)
+    np.testing.assert_allclose(out, want, atol=1e-4)
+    np.testing.assert_allclose(fused, want, atol=1e-4)
+
+
+def test_equals_keras_multi_head_attention():
+    x, mem = x_data(t=5), x_data(t=7)
+    vm = np.array([[1] * 7, [1, 1, 1, 0, 0, 0, 0]], bool)
+    mha = keras.layers.MultiHeadAttention(num_heads=2, key_dim=3, value_dim=4)
+    ours = keras_attn.MultiHeadPositional(
+        2, 3, value_dim=4, position=None, feed_forward=None
+    )
+    want = mha(x, mem, attention_mask=vm[:, None, :])
+    ours(x, mem)
+    ours.set_weights(mha.get_weights())
+    got = ours(x, mem, value_mask=vm)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    got_causal = ours(x, x, use_causal_mask=True)
+    np.testing.assert_allclose(
+        got_causal, mha(x, x, use_causal_mask=True), atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_permutation(position):
+    x = x_data(t=6)
+    layer = keras_attn.MultiHeadPositional(
+        2, 4, position=position, max_length=6
+    )
+    perm = RNG.permutation(6)
+    out = np.asarray(layer(x))
+    out_perm = np.asarray(layer(x[:, perm]))
+    if position is None:
+        np.testing.assert_allclose(out_perm, out[:, perm], atol=1e-5)
+    else:
+        assert np.abs(out_perm - out[:, perm]).max() > 1e-3
+
+
+@pytest.mark.parametrize("ff", FFS)
+def test_causal_gradient_exactly_zero_with_padding(ff):
+    x = tf.constant(x_data(t=6))
+    layer = keras_attn.MultiHeadPositional(2, 4, feed_forward=ff)
+    pad = np.array([[1] * 6, [1, 1, 1, 1, 0, 0]], bool)
+    for i in range(6):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = layer(x, query_mask=pad, use_causal_mask=True)
+            target = tf.reduce_sum(out[:, i])
+        g = tape.gradient(target, x).numpy()
+        assert np.all(g[:, i + 1 :] == 0)
+        assert np.all(g[1, 4:] == 0)  # padding never influences outputs
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_fully_masked_rows_zero_not_nan(dtype):
+    layer = keras_attn.MultiHeadPositional(2, 4, dtype=dtype)
+    x = tf.constant(x_data() * 100)
+    vm = np.array([[0] * 6, [1, 1, 0, 0, 0, 0]], bool)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out, scores = layer(x, x, value_mask=vm, return_attention_scores=True)
+        fused = layer(x, x, value_mask=vm)
+        loss = tf.reduce_sum(tf.cast(out, "float32"))
+    grads = tape.gradient(loss, [x, *layer.trainable_weights])
+    for t in (out, scores, fused):
+        t = np.asarray(t, "float32")
+        assert np.all(np.isfinite(t)) and np.all(t[0] == 0)
+    for g in grads:
+        assert np.all(np.isfinite(np.asarray(g, "float32")))
+
+
+def test_implicit_masks_and_self_attention():
+    tokens = np.array([[3, 4, 5, 0], [6, 7, 0, 0]])
+    inp = keras.Input((None,), dtype="int32")
+    emb = keras.layers.Embedding(10, 8, mask_zero=True)
+    layer = keras_attn.MultiHeadPositional(2, 4)
+    out = layer(emb(inp))
+    assert out._keras_mask is not None
+    model = keras.Model(inp, out)
+    want = layer(keras.ops.convert_to_numpy(emb(tokens)), query_mask=tokens > 0)
+    got = model(tokens)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    # Padding invariance: appending padding leaves valid outputs unchanged.
+    longer = np.concatenate([tokens, np.zeros((2, 3), int)], axis=1)
+    np.testing.assert_allclose(
+        np.asarray(model(longer))[:, :4], np.asarray(got), atol=1e-5
+    )
+
+
+def test_every_weight_gets_a_finite_gradient():
+    layer = keras_attn.MultiHeadPositional(
+        2, 4, position="learned", max_length=6, feed_forward="concat"
+    )
+    x = x_data()
+    ltc.assert_finite_gradients(layer, lambda: layer(x))
+
+
+def test_symbolic_shapes_and_round_trip(tmp_path):
+    inp = keras.Input((6, 8))
+    out, scores = keras_attn.MultiHeadPositional(
+        2,
+        4,
+        position="learned",
+        max_length=6,
+        feed_forward="per_head",
+        output_dim=3,
+        dropout=0.1,
+    )(inp, return_attention_scores=True)
+    assert out.shape == (None, 6, 3) and scores.shape == (None, 2, 6, 6)
+    model = keras.Model(inp, [out, scores])
+    ltc.assert_model_round_trips(model, x_data(), tmp_path)
+
+
+def test_learns_a_copy_task():
+    """Causal model: predict the token seen 3 steps before (copy task)."""
+    keras.utils.set_random_seed(0)
+    n, t, vocab, lag = 512, 12, 8, 3
+    tokens = RNG.integers(1, vocab, size=(n, t))
+    target = np.roll(tokens, lag, axis=1)
+    target[:, :lag] = 0
+    inp = keras.Input((t,), dtype="int32")
+    x = keras.layers.Embedding(vocab, 32)(inp)
+    x = x + keras_attn.MultiHeadPositional(
+        4, 8, position="learned", max_length=t, feed_forward="concat"
+    )(x, use_causal_mask=True)
+    logits = keras.layers.Dense(vocab)(x)
+    model = keras.Model(inp, logits)
+    model.compile(
+        keras.optimizers.Adam(3e-3),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    model.fit(tokens, target, epochs=25, batch_size=64, verbose=0)
+    pred = model.predict(tokens[:128], verbose=0).argmax(-1)
+    acc = np.mean(pred[:, lag:] == target[:128, lag:])
+    assert acc > 0.9, acc  # chance is 1/7
+
+
+def test_config_round_trip():
+    ltc.assert_config_round_trip(
+        keras_attn.MultiHeadPositional(
+            3,
+            4,
+            value_dim=2,
+            position="learned",
+            max_length=20,
+            feed_forward="concat",
+            feed_forward_dim=7,
+            output_dim=5,
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"num_heads": 0, "key_dim": 4}, "num_heads=0"),
+        ({"num_heads": 2, "key_dim": 4, "position": "rope"}, "position='rope'"),
+        (
+            {"num_heads": 2, "key_dim": 4, "position": "learned"},
+            "max_length=None",
+        ),
+        (
+            {"num_heads": 2, "key_dim": 4, "feed_forward": "mlp"},
+            "feed_forward='mlp'",
+        ),
+    ],
+)
+def test_invalid_arguments(kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        keras_attn.MultiHeadPositional(**kwargs)
+
+
+def test_invalid_inputs():
+    layer = keras_attn.MultiHeadPositional(
+        2, 4, position="learned", max_length=4
+    )
+    with pytest.raises(ValueError, match="max_length=4"):
+        layer(x_data(t=6))
+    with pytest.raises(ValueError, match="batch size"):
+        keras_attn.MultiHeadPositional(2, 4)(x_data(b=2), x_data(b=3))
