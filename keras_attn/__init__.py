@@ -6,6 +6,7 @@ from keras_attn.learned_position_embedding import LearnedPositionEmbedding
 from keras_attn.multi_head_positional import MultiHeadPositional
 from keras_attn.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.structured_self_attention import StructuredSelfAttention
+from keras_attn.text import standardize_review
 
 __version__ = "0.1.0"
 
@@ -16,5 +17,6 @@ __all__ = [
     "MultiHeadPositional",
     "SinusoidalPositionEncoding",
     "StructuredSelfAttention",
+    "standardize_review",
     "__version__",
 ]

@@ -1,8 +1,68 @@
-"""The `keras-attn` command line."""
+"""The `keras-attn` command line.
+
+keras-attn                      classify built-in reviews with the shipped
+                                IMDB model and show what it attended to
+                                (runs the generated-task demo when no
+                                trained model is found)
+keras-attn demo                 train a tiny model on a generated task
+keras-attn explain MODEL TEXT   write attention.html / attention.png
+"""
 
 import argparse
 import os
 import sys
+
+SAMPLE_REVIEWS = [
+    "One of the best films I have seen in years. The acting is superb and "
+    "the story kept me on the edge of my seat. Highly recommended!",
+    "A complete waste of time. The plot made no sense, the dialogue was "
+    "awful and I nearly walked out. Avoid this boring mess.",
+    "I expected little, but the cast is wonderful and the ending moved me "
+    "to tears. A beautiful, funny and touching movie.",
+    "Terrible acting, cheap effects and a script so bad it hurts. Easily "
+    "the worst movie of the year.",
+]
+PREFERRED_MODELS = ("imdb_ensemble", "imdb_ssa", "imdb_mhp")
+
+
+def models_dir():
+    """`$KERAS_ATTN_MODELS`, else `saved_models/` beside the package."""
+    env = os.environ.get("KERAS_ATTN_MODELS")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(os.path.dirname(here), "saved_models")
+
+
+def find_shipped_model():
+    root = models_dir()
+    for name in PREFERRED_MODELS:
+        path = os.path.join(root, name, "model.keras")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _classify(args):
+    from keras_attn import explain
+
+    path = args.model or find_shipped_model()
+    if path is None:
+        print(
+            f"No trained model under {models_dir()}; running the "
+            "generated-task demo instead.\n"
+        )
+        return _demo(argparse.Namespace(epochs=8))
+    model = explain.load_text_model(path)
+    texts = args.text or SAMPLE_REVIEWS
+    print(f"Model: {path}\n")
+    for result in explain.attend(model, texts):
+        p = result["probability"]
+        label = "positive" if p > 0.5 else "negative"
+        words = ", ".join(w for w, _ in explain.top_tokens(result, 6))
+        print(f"[{label} {p:.3f}] {result['text'][:90]}...")
+        print(f"    attention picked: {words}\n")
+    return 0
 
 
 def _demo(args):
@@ -12,24 +72,47 @@ def _demo(args):
     return 0
 
 
+def _explain(args):
+    from keras_attn import explain
+
+    result, html_path, png_path = explain.explain(
+        args.model, args.text, args.out
+    )
+    print(f"P(positive) = {result['probability']:.3f}")
+    print(f"wrote {html_path}\nwrote {png_path}")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-attn",
         description="keras_attn: attention layers, examples and export.",
     )
     sub = parser.add_subparsers(dest="command")
+    p = sub.add_parser("classify", help="classify reviews (the default)")
+    p.add_argument("text", nargs="*", help="reviews (default: samples)")
+    p.add_argument("--model", default=None, help="a .keras text model")
+    p.set_defaults(func=_classify)
     p = sub.add_parser("demo", help="train a tiny model on a generated task")
     p.add_argument("--epochs", type=int, default=8)
     p.set_defaults(func=_demo)
+    p = sub.add_parser("explain", help="attention HTML + PNG for one text")
+    p.add_argument("model", help="a .keras text model or its folder")
+    p.add_argument("text")
+    p.add_argument("--out", default="explain_out")
+    p.set_defaults(func=_explain)
     return parser
 
 
 def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv or ["demo"])
-    return args.func(args)
+    args = build_parser().parse_args(argv or ["classify"])
+    try:
+        return args.func(args)
+    except (ValueError, RuntimeError) as err:
+        print(f"keras-attn: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -2,3 +2,14 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# The offline copy of IMDB that CI and developers have beside the repo.
+_SHARED = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "..",
+    "shared",
+    "data",
+    "tensorflow_datasets",
+)
+if "TFDS_DATA_DIR" not in os.environ and os.path.isdir(_SHARED):
+    os.environ["TFDS_DATA_DIR"] = os.path.abspath(_SHARED)

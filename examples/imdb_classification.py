@@ -1,0 +1,559 @@
+"""IMDB sentiment classification with keras_attn layers.
+
+Models (`--model`, several may be given):
+
+- `ssa`: the paper's architecture (Lin et al. 2017): Embedding → BiLSTM →
+  StructuredSelfAttention (with the ‖AAᵀ − I‖² penalty) → MLP → sigmoid.
+- `mhp`: an encoder of MultiHeadPositional blocks (residual + LayerNorm),
+  pooled by StructuredSelfAttention.
+- `baseline`: the same encoder from Keras built-ins only
+  (`keras.layers.MultiHeadAttention`, average pooling), trained on the same
+  data in the same run, so every accuracy has its comparison beside it.
+- `bigram`: a linear model on naive-Bayes-weighted unigram+bigram features
+  (Wang & Manning 2012), used as the second member of `ensemble`.
+- `ensemble`: the average of the `ssa` and `bigram` logits, the weight
+  chosen on validation.
+
+Data: `tfds.load("imdb_reviews")` (set `TFDS_DATA_DIR` for a local copy).
+Hyperparameters are chosen on a validation split carved from `train` with a
+fixed seed; `test` is evaluated once per shipped model.
+
+Run: `python examples/imdb_classification.py --model ssa --out saved_models`
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+OUTPUT_NAMES = ("probability", "attention")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--model",
+        nargs="+",
+        default=["ssa"],
+        choices=["ssa", "mhp", "baseline", "bigram", "ensemble"],
+    )
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-tokens", type=int, default=30000)
+    p.add_argument("--length", type=int, default=400)
+    p.add_argument("--embed-dim", type=int, default=128)
+    p.add_argument("--lstm-units", type=int, default=64)
+    p.add_argument("--attention-units", type=int, default=64)
+    p.add_argument("--num-hops", type=int, default=8)
+    p.add_argument("--penalty", type=float, default=0.1)
+    p.add_argument("--dropout", type=float, default=0.3)
+    p.add_argument("--learning-rate", type=float, default=2e-3)
+    p.add_argument("--bigram-tokens", type=int, default=200000)
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="use only this many train and test reviews",
+    )
+    p.add_argument("--val-fraction", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument(
+        "--no-test",
+        action="store_true",
+        help="tuning runs: report validation only",
+    )
+    p.add_argument("--strategy", choices=["none", "mirrored"], default="none")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="TFDS data dir (default: $TFDS_DATA_DIR or ~)",
+    )
+    p.add_argument(
+        "--out", default=None, help="write artifacts to OUT/imdb_<model>/"
+    )
+    p.add_argument("--tag", default="", help="suffix for artifact folders")
+    p.add_argument("--verbose", type=int, default=2)
+    return p.parse_args(argv)
+
+
+# -- data ---------------------------------------------------------------
+def load_imdb(data_dir=None, limit=None, val_fraction=0.1, seed=1337):
+    """Train/validation/test arrays of (texts, labels) from tfds."""
+    try:
+        import tensorflow_datasets as tfds
+
+        def split(name):
+            x, y = tfds.load(
+                "imdb_reviews",
+                split=name,
+                batch_size=-1,
+                as_supervised=True,
+                data_dir=data_dir,
+                download=True,
+            )
+            return x.numpy(), y.numpy().astype("float32")
+
+        train_x, train_y = split("train")
+        test_x, test_y = split("test")
+    except Exception as err:  # no network and no local copy
+        raise RuntimeError(
+            "Could not load the IMDB reviews with tensorflow-datasets: "
+            f"{type(err).__name__}: {err}\nWith no network, point "
+            "TFDS_DATA_DIR (or --data-dir) at a folder holding "
+            "imdb_reviews/plain_text/1.0.0."
+        ) from err
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(train_x))
+    if limit:
+        order = order[:limit]
+        keep = rng.permutation(len(test_x))[:limit]
+        test_x, test_y = test_x[keep], test_y[keep]
+    n_val = int(len(order) * val_fraction)
+    val, train = order[:n_val], order[n_val:]
+    return {
+        "train": (train_x[train], train_y[train]),
+        "val": (train_x[val], train_y[val]),
+        "test": (test_x, test_y),
+    }
+
+
+def make_vectorizer(texts, max_tokens, length):
+    import keras
+
+    from keras_attn.text import standardize_review
+
+    vectorizer = keras.layers.TextVectorization(
+        max_tokens=max_tokens,
+        standardize=standardize_review,
+        output_sequence_length=length,
+        name="vectorizer",
+    )
+    vectorizer.adapt(texts, batch_size=1024)
+    return vectorizer
+
+
+def token_dataset(
+    vectorizer, texts, labels, batch_size, shuffle_seed=None, cache=True
+):
+    """Batches of (vectorized text, label); shuffled when a seed is given."""
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices((texts, labels))
+    if shuffle_seed is not None:
+        ds = ds.shuffle(
+            len(texts), seed=shuffle_seed, reshuffle_each_iteration=True
+        )
+    ds = ds.batch(batch_size).map(
+        lambda x, y: (vectorizer(x), y), num_parallel_calls=tf.data.AUTOTUNE
+    )
+    if cache and shuffle_seed is None:
+        ds = ds.cache()
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+# -- models -------------------------------------------------------------
+def _classifier_head(x, args, name_prefix=""):
+    import keras
+
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.Dropout(args.dropout)(x)
+    x = keras.layers.Dense(128, activation="relu")(x)
+    x = keras.layers.Dropout(args.dropout)(x)
+    return keras.layers.Dense(1, activation="sigmoid", name="probability")(x)
+
+
+def build_ssa(vocab_size, args):
+    """Embedding → BiLSTM → StructuredSelfAttention → MLP (Lin et al.)."""
+    import keras
+
+    from keras_attn import StructuredSelfAttention
+
+    tokens = keras.Input((args.length,), dtype="int64", name="tokens")
+    x = keras.layers.Embedding(vocab_size, args.embed_dim, mask_zero=True)(
+        tokens
+    )
+    x = keras.layers.SpatialDropout1D(args.dropout / 2)(x)
+    x = keras.layers.Bidirectional(
+        keras.layers.LSTM(args.lstm_units, return_sequences=True)
+    )(x)
+    m, a = StructuredSelfAttention(
+        units=args.attention_units,
+        num_hops=args.num_hops,
+        penalty_coefficient=args.penalty,
+        name="structured_self_attention",
+    )(x, return_attention_scores=True)
+    prob = _classifier_head(m, args)
+    return keras.Model(
+        tokens, {"probability": prob, "attention": a}, name="imdb_ssa"
+    )
+
+
+def _encoder_block(x, args, ours=True):
+    import keras
+
+    from keras_attn import MultiHeadPositional
+
+    width = args.embed_dim
+    if ours:
+        att = MultiHeadPositional(
+            num_heads=4,
+            key_dim=width // 4,
+            position=None,  # positions are added once, below the blocks
+            feed_forward=None,
+            dropout=0.1,
+        )(x)
+    else:
+        att = keras.layers.MultiHeadAttention(
+            num_heads=4, key_dim=width // 4, dropout=0.1
+        )(x, x)
+    x = keras.layers.LayerNormalization()(
+        x + keras.layers.Dropout(args.dropout)(att)
+    )
+    ff = keras.layers.Dense(2 * width, activation="relu")(x)
+    ff = keras.layers.Dense(width)(ff)
+    return keras.layers.LayerNormalization()(
+        x + keras.layers.Dropout(args.dropout)(ff)
+    )
+
+
+def build_encoder(vocab_size, args, ours=True):
+    """Two attention blocks over positions-aware embeddings, pooled."""
+    import keras
+
+    from keras_attn import SinusoidalPositionEncoding, StructuredSelfAttention
+
+    tokens = keras.Input((args.length,), dtype="int64", name="tokens")
+    emb = keras.layers.Embedding(vocab_size, args.embed_dim, mask_zero=True)
+    x = emb(tokens)
+    x = (
+        x + SinusoidalPositionEncoding()(x)
+        if ours
+        else x
+        + keras.layers.Embedding(args.length, args.embed_dim)(
+            keras.ops.arange(args.length)[None]
+        )
+    )
+    x = keras.layers.Dropout(args.dropout / 2)(x)
+    for _ in range(2):
+        x = _encoder_block(x, args, ours=ours)
+    if ours:
+        m, a = StructuredSelfAttention(
+            units=args.attention_units,
+            num_hops=args.num_hops,
+            penalty_coefficient=args.penalty,
+            name="structured_self_attention",
+        )(x, return_attention_scores=True)
+        prob = _classifier_head(m, args)
+        outputs = {"probability": prob, "attention": a}
+        name = "imdb_mhp"
+    else:
+        pooled = keras.layers.GlobalAveragePooling1D()(x)
+        outputs = {"probability": _classifier_head(pooled, args)}
+        name = "imdb_baseline"
+    return keras.Model(tokens, outputs, name=name)
+
+
+def make_bigram_vectorizer(texts, max_tokens):
+    import keras
+
+    from keras_attn.text import standardize_review
+
+    vectorizer = keras.layers.TextVectorization(
+        max_tokens=max_tokens,
+        standardize=standardize_review,
+        ngrams=2,
+        output_mode="multi_hot",
+        name="bigram_vectorizer",
+    )
+    vectorizer.adapt(texts, batch_size=1024)
+    return vectorizer
+
+
+def nb_log_count_ratio(vectorizer, texts, labels, alpha=1.0):
+    """Naive-Bayes log-count ratio r (Wang & Manning 2012), per feature."""
+    pos = np.zeros(vectorizer.vocabulary_size(), "float64") + alpha
+    neg = pos.copy()
+    for start in range(0, len(texts), 1024):
+        x = np.asarray(vectorizer(texts[start : start + 1024]))
+        y = labels[start : start + 1024] > 0.5
+        pos += x[y].sum(0)
+        neg += x[~y].sum(0)
+    return np.log((pos / pos.sum()) / (neg / neg.sum())).astype("float32")
+
+
+def build_bigram(vocab_size, ratio, args):
+    """Logistic regression on binary uni+bigram features, NB-initialized."""
+    import keras
+
+    features = keras.Input((vocab_size,), name="features")
+    x = keras.layers.Dropout(args.dropout)(features)
+    dense = keras.layers.Dense(1, name="logit")
+    logit = dense(x)
+    prob = keras.layers.Activation("sigmoid", name="probability")(logit)
+    model = keras.Model(features, {"probability": prob}, name="imdb_bigram")
+    dense.kernel.assign(ratio[:, None] * 0.5)
+    return model
+
+
+def build_ensemble(
+    seq_vectorizer, seq_model, bigram_vectorizer, bigram_model, weight
+):
+    """Raw text → sigmoid(w·logit(p_attention) + (1−w)·logit(p_bigram))."""
+    import keras
+    from keras import ops
+
+    text = keras.Input((), dtype="string", name="text")
+    seq_out = seq_model(seq_vectorizer(text))
+    big_out = bigram_model(bigram_vectorizer(text))
+
+    def logit(p):
+        p = ops.clip(p, 1e-6, 1 - 1e-6)
+        return ops.log(p) - ops.log(1 - p)
+
+    mixed = weight * logit(seq_out["probability"]) + (1 - weight) * logit(
+        big_out["probability"]
+    )
+    prob = keras.layers.Activation("sigmoid", name="probability")(mixed)
+    outputs = {"probability": prob, "attention": seq_out["attention"]}
+    return keras.Model(text, outputs, name="imdb_ensemble")
+
+
+def best_weight(p_seq, p_big, labels):
+    """Ensemble weight with the best validation accuracy (grid of 0.05)."""
+
+    def logit(p):
+        p = np.clip(p, 1e-6, 1 - 1e-6)
+        return np.log(p) - np.log1p(-p)
+
+    grid = np.round(np.arange(0, 1.0001, 0.05), 2)
+    accs = [
+        np.mean(
+            ((w * logit(p_seq) + (1 - w) * logit(p_big)) > 0) == (labels > 0.5)
+        )
+        for w in grid
+    ]
+    return float(grid[int(np.argmax(accs))]), float(np.max(accs))
+
+
+# -- training -----------------------------------------------------------
+def train_model(model, train_ds, val_ds, args):
+    import keras
+
+    # Train through a single-output view of the model (same layers), so
+    # that Keras reports accuracy for the probability head.
+    trainer = keras.Model(model.input, model.output["probability"])
+    trainer.compile(
+        optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
+        loss="binary_crossentropy",
+        metrics=["accuracy"],
+    )
+    stop = keras.callbacks.EarlyStopping(
+        monitor="val_loss", patience=1, restore_best_weights=True
+    )
+    start = time.time()
+    history = trainer.fit(
+        train_ds,
+        validation_data=val_ds,
+        epochs=args.epochs,
+        callbacks=[stop],
+        verbose=args.verbose,
+    )
+    return time.time() - start, history.history
+
+
+def accuracy(model, ds):
+    probs, labels = [], []
+    for x, y in ds:
+        out = model(x, training=False)
+        out = out["probability"] if isinstance(out, dict) else out
+        probs.append(np.asarray(out)[:, 0])
+        labels.append(np.asarray(y))
+    probs, labels = np.concatenate(probs), np.concatenate(labels)
+    return float(np.mean((probs > 0.5) == (labels > 0.5))), probs, labels
+
+
+def end_to_end(vectorizer, model):
+    """Raw strings in, the model's named outputs out."""
+    import keras
+
+    text = keras.Input((), dtype="string", name="text")
+    outputs = model(vectorizer(text))
+    return keras.Model(text, outputs, name=model.name + "_text")
+
+
+def _versions():
+    import keras
+    import tensorflow as tf
+
+    import keras_attn
+
+    return {
+        "keras_attn": keras_attn.__version__,
+        "keras": keras.__version__,
+        "tensorflow": tf.__version__,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
+    }
+
+
+def save_artifacts(folder, text_model, vectorizer, metrics):
+    from keras_attn.export import export_saved_model
+
+    os.makedirs(folder, exist_ok=True)
+    text_model.save(os.path.join(folder, "model.keras"))
+    export_saved_model(text_model, os.path.join(folder, "saved_model"))
+    with open(os.path.join(folder, "vocabulary.txt"), "w") as f:
+        for token in vectorizer.get_vocabulary():
+            f.write(token + "\n")
+    with open(os.path.join(folder, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2)
+
+
+def text_dataset(texts, labels, batch_size=256):
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices((texts, labels)).batch(batch_size)
+
+
+def main(argv=None):
+    import keras
+
+    args = parse_args(argv)
+    keras.utils.set_random_seed(args.seed)
+    data = load_imdb(args.data_dir, args.limit, args.val_fraction, args.seed)
+    train_x, train_y = data["train"]
+    val_text = text_dataset(*data["val"])
+    test_text = text_dataset(*data["test"])
+    wanted = list(dict.fromkeys(args.model))
+    if "ensemble" in wanted:  # the ensemble needs both members
+        wanted = [m for m in ("ssa", "bigram") if m not in wanted] + wanted
+
+    t0 = time.time()
+    vectorizer = make_vectorizer(train_x, args.max_tokens, args.length)
+    vec_time = time.time() - t0
+    train_ds = token_dataset(
+        vectorizer, train_x, train_y, args.batch_size, shuffle_seed=args.seed
+    )
+    val_ds = token_dataset(vectorizer, *data["val"], 256)
+    builders = {
+        "ssa": lambda: build_ssa(vectorizer.vocabulary_size(), args),
+        "mhp": lambda: build_encoder(vectorizer.vocabulary_size(), args, True),
+        "baseline": lambda: build_encoder(
+            vectorizer.vocabulary_size(), args, False
+        ),
+    }
+    trained, results = {}, {}
+
+    def record(name, text_model, wall, history, vec, extra=None):
+        val_acc, val_probs, _ = accuracy(text_model, val_text)
+        metrics = {
+            "model": name,
+            "data": "tfds imdb_reviews/plain_text/1.0.0",
+            "split": {
+                "train": len(train_x),
+                "validation": len(data["val"][0]),
+                "validation_from": "train, seeded permutation",
+                "test": len(data["test"][0]),
+                "seed": args.seed,
+            },
+            "hyperparameters": {
+                k: v
+                for k, v in vars(args).items()
+                if k not in ("model", "out", "verbose", "data_dir", "tag")
+            },
+            "epochs_run": len(history.get("loss", [])),
+            "history": {
+                k: [round(float(v), 5) for v in vs] for k, vs in history.items()
+            },
+            "train_wall_time_s": round(wall, 1),
+            "val_accuracy": val_acc,
+            "params": text_model.count_params(),
+            "versions": _versions(),
+            **(extra or {}),
+        }
+        if not args.no_test:
+            metrics["test_accuracy"], _, _ = accuracy(text_model, test_text)
+        results[name] = metrics
+        trained[name] = (text_model, val_probs, wall)
+        summary = {
+            k: metrics[k]
+            for k in metrics
+            if k
+            in (
+                "model",
+                "val_accuracy",
+                "test_accuracy",
+                "train_wall_time_s",
+                "epochs_run",
+            )
+        }
+        print(json.dumps(summary), flush=True)
+        if args.out:
+            folder = os.path.join(args.out, f"imdb_{name}{args.tag}")
+            save_artifacts(folder, text_model, vec, metrics)
+
+    for name in wanted:
+        keras.utils.set_random_seed(args.seed)
+        if name in builders:
+            model = builders[name]()
+            wall, history = train_model(model, train_ds, val_ds, args)
+            trained[name + "_tokens"] = model
+            record(
+                name,
+                end_to_end(vectorizer, model),
+                wall + vec_time,
+                history,
+                vectorizer,
+            )
+        elif name == "bigram":
+            t0 = time.time()
+            big_vec = make_bigram_vectorizer(train_x, args.bigram_tokens)
+            ratio = nb_log_count_ratio(big_vec, train_x, train_y)
+            model = build_bigram(big_vec.vocabulary_size(), ratio, args)
+            big_train = token_dataset(
+                big_vec,
+                train_x,
+                train_y,
+                args.batch_size,
+                shuffle_seed=args.seed,
+            )
+            big_val = token_dataset(big_vec, *data["val"], 256, cache=False)
+            bigram_args = argparse.Namespace(
+                **{**vars(args), "learning_rate": 1e-3}
+            )
+            wall, history = train_model(model, big_train, big_val, bigram_args)
+            trained["bigram_parts"] = (big_vec, model)
+            record(
+                "bigram",
+                end_to_end(big_vec, model),
+                time.time() - t0,
+                history,
+                big_vec,
+            )
+        elif name == "ensemble":
+            labels = data["val"][1]
+            weight, _ = best_weight(
+                trained["ssa"][1], trained["bigram"][1], labels
+            )
+            big_vec, big_model = trained["bigram_parts"]
+            model = build_ensemble(
+                vectorizer, trained["ssa_tokens"], big_vec, big_model, weight
+            )
+            wall = trained["ssa"][2] + trained["bigram"][2]
+            record(
+                "ensemble",
+                model,
+                wall,
+                {},
+                vectorizer,
+                {"ensemble_weight_ssa": weight, "members": ["ssa", "bigram"]},
+            )
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
