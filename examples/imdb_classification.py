@@ -54,6 +54,14 @@ def parse_args(argv=None):
     p.add_argument("--learning-rate", type=float, default=2e-3)
     p.add_argument("--bigram-tokens", type=int, default=200000)
     p.add_argument(
+        "--nb-scale",
+        type=float,
+        default=0.5,
+        help="initial bigram weights = scale × NB log-ratio",
+    )
+    p.add_argument("--bigram-epochs", type=int, default=4)
+    p.add_argument("--patience", type=int, default=1)
+    p.add_argument(
         "--limit",
         type=int,
         default=None,
@@ -295,7 +303,7 @@ def build_bigram(vocab_size, ratio, args):
     logit = dense(x)
     prob = keras.layers.Activation("sigmoid", name="probability")(logit)
     model = keras.Model(features, {"probability": prob}, name="imdb_bigram")
-    dense.kernel.assign(ratio[:, None] * 0.5)
+    dense.kernel.assign(ratio[:, None] * args.nb_scale)
     return model
 
 
@@ -352,7 +360,7 @@ def train_model(model, train_ds, val_ds, args):
         metrics=["accuracy"],
     )
     stop = keras.callbacks.EarlyStopping(
-        monitor="val_loss", patience=1, restore_best_weights=True
+        monitor="val_loss", patience=args.patience, restore_best_weights=True
     )
     start = time.time()
     history = trainer.fit(
@@ -523,7 +531,11 @@ def main(argv=None):
             )
             big_val = token_dataset(big_vec, *data["val"], 256, cache=False)
             bigram_args = argparse.Namespace(
-                **{**vars(args), "learning_rate": 1e-3}
+                **{
+                    **vars(args),
+                    "learning_rate": 1e-3,
+                    "epochs": args.bigram_epochs,
+                }
             )
             wall, history = train_model(model, big_train, big_val, bigram_args)
             trained["bigram_parts"] = (big_vec, model)

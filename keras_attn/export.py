@@ -10,6 +10,8 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
+
 
 @contextlib.contextmanager
 def atomic_path(target):
@@ -72,3 +74,205 @@ def export_saved_model(model, path, input_signature=None):
     with atomic_path(path) as tmp:
         archive.write_out(tmp, verbose=False)
     return path
+
+
+QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
+_RNN_CLASSES = ("LSTM", "GRU", "SimpleRNN")
+
+
+def reverse_valid(x, mask):
+    """Reverse each sequence's valid prefix in time; padding stays put.
+
+    `x` is `(B, T, ...)`, `mask` a boolean `(B, T)` prefix mask. Step `t`
+    of example `b` takes step `len_b - 1 - t` when `t < len_b`.
+    """
+    from keras import ops
+
+    steps = ops.shape(x)[1]
+    lengths = ops.sum(ops.cast(mask, "int32"), axis=1)[:, None]  # (B, 1)
+    t = ops.arange(steps, dtype="int32")[None, :]  # (1, T)
+    index = ops.where(t < lengths, lengths - 1 - t, t)  # (B, T)
+    index = ops.reshape(index, (*ops.shape(index), *([1] * (x.ndim - 2))))
+    return ops.take_along_axis(x, ops.broadcast_to(index, ops.shape(x)), 1)
+
+
+def _unrolled_bidirectional(layer):
+    """An unrolled stand-in for a masked `Bidirectional(LSTM/GRU)`.
+
+    Keras 3.15's unrolled `go_backwards` RNN inside `Bidirectional`
+    misaligns the backward outputs of padded sequences, so the backward
+    direction here runs forwards over the reversed valid prefix.
+    """
+    import keras
+    from keras import ops
+
+    def rnn(sub):
+        config = keras.saving.serialize_keras_object(sub)
+        config["config"].update(unroll=True, go_backwards=False)
+        return keras.saving.deserialize_keras_object(config)
+
+    class UnrolledBidirectional(keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.forward_rnn = rnn(layer.forward_layer)
+            self.backward_rnn = rnn(layer.backward_layer)
+            self.supports_masking = True
+
+        def build(self, input_shape):
+            self.forward_rnn.build(input_shape)
+            self.backward_rnn.build(input_shape)
+            self.built = True
+
+        def call(self, inputs, mask=None):
+            if mask is None:
+                mask = ops.ones(ops.shape(inputs)[:2], dtype="bool")
+            fw = self.forward_rnn(inputs, mask=mask)
+            bw = self.backward_rnn(reverse_valid(inputs, mask), mask=mask)
+            bw = reverse_valid(bw, mask)
+            return ops.concatenate([fw, bw], axis=-1)
+
+        def compute_mask(self, inputs, mask=None):
+            return mask
+
+    return UnrolledBidirectional(name=layer.name)
+
+
+def litert_ready(model):
+    """A copy of `model` whose recurrent layers are unrolled.
+
+    Keras 3 lowers a rolled `LSTM`/`GRU` to TensorList ops, which LiteRT
+    only runs through Flex (Select TF ops). Unrolled over a fixed length
+    they become plain builtin ops. Weights are copied; the inputs must have
+    a static time length.
+    """
+    import keras
+
+    def unroll(config):
+        if config.get("class_name") in _RNN_CLASSES:
+            config["config"]["unroll"] = True
+        for key in ("layer", "backward_layer"):
+            inner = config.get("config", {}).get(key)
+            if isinstance(inner, dict):
+                unroll(inner)
+        return config
+
+    def clone(layer):
+        if isinstance(layer, keras.Model):
+            return keras.models.clone_model(layer, clone_function=clone)
+        if (
+            isinstance(layer, keras.layers.Bidirectional)
+            and layer.merge_mode == "concat"
+            and layer.return_sequences
+            and not layer.return_state
+        ):
+            return _unrolled_bidirectional(layer)
+        config = unroll(keras.saving.serialize_keras_object(layer))
+        return keras.saving.deserialize_keras_object(config)
+
+    copy = keras.models.clone_model(model, clone_function=clone)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def convert_tflite(
+    model, quantize="none", representative_data=None, batch_size=1
+):
+    """Convert a token-id model to LiteRT flatbuffer bytes, builtin ops only.
+
+    Args:
+        model: a Keras model with one integer input of static length.
+        quantize: `"none"` (float32), `"float16"` (float16 weights),
+            `"dynamic"` (int8 weights, float activations) or `"int8"`
+            (full integer: int8 weights and activations, calibrated on
+            `representative_data`).
+        representative_data: array of inputs for `"int8"` calibration.
+        batch_size: the static batch size of the converted model.
+    """
+    import tensorflow as tf
+
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(
+            f"Expected quantize to be one of {QUANTIZATIONS}. "
+            f"Received: quantize={quantize!r}"
+        )
+    if quantize == "int8" and representative_data is None:
+        raise ValueError(
+            'quantize="int8" needs representative_data. '
+            "Received: representative_data=None"
+        )
+    if len(model.inputs) != 1 or model.inputs[0].shape[1] is None:
+        raise ValueError(
+            "Expected a model with one input of static length. Received: "
+            f"inputs={[tuple(t.shape) for t in model.inputs]}"
+        )
+    ready = litert_ready(model)
+    length = model.inputs[0].shape[1]
+    spec = tf.TensorSpec((batch_size, length), tf.int32, name="tokens")
+
+    @tf.function(input_signature=[spec])
+    def serve(tokens):
+        out = ready(tokens, training=False)
+        return out if isinstance(out, dict) else {"output_0": out}
+
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    # Freeze every variable into a constant: LiteRT then needs no resource
+    # variables (READ_VARIABLE / VAR_HANDLE ops).
+    concrete = serve.get_concrete_function()
+    names = sorted(concrete.structured_outputs)
+    frozen = convert_variables_to_constants_v2(concrete)
+
+    @tf.function(input_signature=[spec])
+    def named(tokens):  # the frozen function returns a flat list
+        return dict(zip(names, frozen(tokens), strict=True))
+
+    module = tf.Module()
+    module.serve = named
+    with tempfile.TemporaryDirectory() as tmp:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": named})
+        converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
+        return _convert(converter, quantize, representative_data)
+
+
+def _convert(converter, quantize, representative_data):
+    import tensorflow as tf
+
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantize != "none":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantize == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    if quantize == "int8":
+        data = np.asarray(representative_data).astype("int32")
+
+        def representative():
+            for row in data:
+                yield [row[None]]
+
+        converter.representative_dataset = representative
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.TFLITE_BUILTINS_INT8
+        ]
+    return converter.convert()
+
+
+def export_tflite(model, path, **kwargs):
+    """`convert_tflite` and write the result atomically to `path`."""
+    data = convert_tflite(model, **kwargs)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+    return path
+
+
+def tflite_op_names(path_or_bytes):
+    """The op names of a LiteRT model (to check for Flex/custom ops)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    if isinstance(path_or_bytes, bytes):
+        interpreter = Interpreter(model_content=path_or_bytes)
+    else:
+        interpreter = Interpreter(model_path=path_or_bytes)
+    return sorted({op["op_name"] for op in interpreter._get_ops_details()})
