@@ -359,8 +359,13 @@ def train_model(model, train_ds, val_ds, args):
         loss="binary_crossentropy",
         metrics=["accuracy"],
     )
+    # Stop on validation accuracy: val_loss also holds the attention
+    # penalty, which keeps falling while accuracy has peaked.
     stop = keras.callbacks.EarlyStopping(
-        monitor="val_loss", patience=args.patience, restore_best_weights=True
+        monitor="val_accuracy",
+        mode="max",
+        patience=args.patience,
+        restore_best_weights=True,
     )
     start = time.time()
     history = trainer.fit(

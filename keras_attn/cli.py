@@ -83,6 +83,61 @@ def _explain(args):
     return 0
 
 
+def _read_lines(path):
+    if not os.path.isfile(path):
+        raise ValueError(f"No such file. Received: path={path!r}")
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def _export(args):
+    from keras_attn import explain, export
+
+    if not (args.saved_model or args.tflite):
+        raise ValueError("Nothing to do: give --saved-model and/or --tflite.")
+    model = explain.load_text_model(args.model)
+    if args.saved_model:
+        export.export_saved_model(model, args.saved_model)
+        print(f"wrote SavedModel {args.saved_model}")
+    if args.tflite:
+        texts = _read_lines(args.calibration) if args.calibration else None
+        export.export_text_tflite(
+            model, args.tflite, quantize=args.quantize, calibration_texts=texts
+        )
+        size = os.path.getsize(args.tflite) / 2**20
+        print(f"wrote LiteRT {args.tflite} ({args.quantize}, {size:.2f} MiB)")
+    return 0
+
+
+def _predict(args):
+    import numpy as np
+
+    path = args.artifact
+    texts = args.text
+    if path.endswith(".tflite"):
+        from keras_attn.litert_runtime import LiteRTClassifier
+
+        out = LiteRTClassifier(path, args.vocabulary).predict(texts)
+    elif os.path.isdir(path) and os.path.isfile(
+        os.path.join(path, "saved_model.pb")
+    ):
+        import tensorflow as tf
+
+        served = tf.saved_model.load(path)
+        fn = served.signatures["serving_default"]
+        out = {k: v.numpy() for k, v in fn(tf.constant(texts)).items()}
+    else:
+        from keras_attn import explain
+
+        model = explain.load_text_model(path)
+        out = model.predict(np.array(texts, dtype=object), verbose=0)
+    probs = np.ravel(out["probability"])
+    for text, p in zip(texts, probs, strict=True):
+        label = "positive" if p > 0.5 else "negative"
+        print(f"{p:.4f}\t{label}\t{text[:80]}")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-attn",
@@ -101,6 +156,24 @@ def build_parser():
     p.add_argument("text")
     p.add_argument("--out", default="explain_out")
     p.set_defaults(func=_explain)
+    p = sub.add_parser("export", help="SavedModel and/or LiteRT export")
+    p.add_argument("model", help="a .keras raw-text model or its folder")
+    p.add_argument("--saved-model", default=None, help="target folder")
+    p.add_argument("--tflite", default=None, help="target .tflite file")
+    p.add_argument(
+        "--quantize",
+        default="none",
+        choices=["none", "float16", "dynamic", "int8"],
+    )
+    p.add_argument(
+        "--calibration", default=None, help="texts, one per line (int8)"
+    )
+    p.set_defaults(func=_export)
+    p = sub.add_parser("predict", help="run a .keras, SavedModel or .tflite")
+    p.add_argument("artifact")
+    p.add_argument("text", nargs="+")
+    p.add_argument("--vocabulary", default=None, help="for .tflite")
+    p.set_defaults(func=_predict)
     return parser
 
 

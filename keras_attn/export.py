@@ -174,8 +174,24 @@ def litert_ready(model):
     return copy
 
 
+def has_rnn(model):
+    """Whether `model` (or a sub-model) holds a recurrent layer."""
+    import keras
+
+    for layer in model.layers:
+        if isinstance(layer, keras.Model) and has_rnn(layer):
+            return True
+        if isinstance(layer, (keras.layers.RNN, keras.layers.Bidirectional)):
+            return True
+    return False
+
+
 def convert_tflite(
-    model, quantize="none", representative_data=None, batch_size=1
+    model,
+    quantize="none",
+    representative_data=None,
+    batch_size=1,
+    unroll=None,
 ):
     """Convert a token-id model to LiteRT flatbuffer bytes, builtin ops only.
 
@@ -187,6 +203,12 @@ def convert_tflite(
             `representative_data`).
         representative_data: array of inputs for `"int8"` calibration.
         batch_size: the static batch size of the converted model.
+        unroll: unroll recurrent layers. Defaults to `None`: only for
+            `"int8"`. A rolled RNN at a static length converts to the
+            builtin `WHILE` op (weights stored once); the full-integer
+            calibrator does not run `WHILE` bodies (it crashed in TF 2.21),
+            so `"int8"` unrolls, which stores one quantized copy of the
+            RNN weights per step.
     """
     import tensorflow as tf
 
@@ -205,7 +227,9 @@ def convert_tflite(
             "Expected a model with one input of static length. Received: "
             f"inputs={[tuple(t.shape) for t in model.inputs]}"
         )
-    ready = litert_ready(model)
+    if unroll is None:
+        unroll = quantize == "int8" and has_rnn(model)
+    ready = litert_ready(model) if unroll else model
     length = model.inputs[0].shape[1]
     spec = tf.TensorSpec((batch_size, length), tf.int32, name="tokens")
 
@@ -276,3 +300,66 @@ def tflite_op_names(path_or_bytes):
     else:
         interpreter = Interpreter(model_path=path_or_bytes)
     return sorted({op["op_name"] for op in interpreter._get_ops_details()})
+
+
+def split_text_model(text_model):
+    """`(vectorizer, token_model)` of a raw-text model built as
+    `Input(string) → TextVectorization → token model` (the examples')."""
+    import keras
+
+    vectorizers = [
+        layer
+        for layer in text_model.layers
+        if isinstance(layer, keras.layers.TextVectorization)
+    ]
+    inner = [
+        layer for layer in text_model.layers if isinstance(layer, keras.Model)
+    ]
+    if len(vectorizers) != 1 or len(inner) != 1:
+        raise ValueError(
+            "Expected a model of one TextVectorization layer followed by one "
+            f"token model. Received: model={text_model.name!r} with "
+            f"{len(vectorizers)} vectorizers and {len(inner)} sub-models"
+        )
+    return vectorizers[0], inner[0]
+
+
+def write_vocabulary(vectorizer, path):
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for token in vectorizer.get_vocabulary():
+                f.write(token + "\n")
+    return path
+
+
+def export_text_tflite(
+    text_model, path, quantize="none", calibration_texts=None, batch_size=1
+):
+    """LiteRT model for a raw-text model, plus `vocabulary.txt` beside it.
+
+    The `TextVectorization` step stays outside (strings are not builtin
+    LiteRT tensors); `keras_attn.litert_runtime` tokenizes the same way.
+    """
+    vectorizer, token_model = split_text_model(text_model)
+    representative = None
+    if quantize == "int8":
+        if calibration_texts is None or len(calibration_texts) == 0:
+            raise ValueError(
+                'quantize="int8" needs calibration texts. Received: '
+                f"calibration_texts={calibration_texts!r}"
+            )
+        representative = np.asarray(
+            vectorizer(np.asarray(calibration_texts, dtype=object))
+        )
+    export_tflite(
+        token_model,
+        path,
+        quantize=quantize,
+        representative_data=representative,
+        batch_size=batch_size,
+    )
+    vocab = os.path.join(
+        os.path.dirname(os.path.abspath(path)), "vocabulary.txt"
+    )
+    write_vocabulary(vectorizer, vocab)
+    return path

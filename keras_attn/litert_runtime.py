@@ -1,0 +1,105 @@
+"""Run an exported text model with LiteRT only: no TensorFlow, no Keras.
+
+This is the phone-like path: `ai_edge_litert` and NumPy. Tokenization
+mirrors `keras_attn.text.standardize_review` followed by the
+`TextVectorization` whitespace split and vocabulary lookup (index 0 is
+padding, 1 is out-of-vocabulary); a test checks both give the same ids.
+"""
+
+import os
+import re
+
+import numpy as np
+
+_TAGS = re.compile(r"<[^>]*>")
+_MARKS = re.compile(r"([!?])")
+_OTHER = re.compile(r"[^a-z0-9!?' ]")
+_QUOTES = re.compile(r"(^|\s)'+|'+(\s|$)")
+
+
+def standardize(text):
+    """The same steps as `keras_attn.text.standardize_review`."""
+    text = "".join(c.lower() if c < "\x80" else c for c in text)
+    text = _TAGS.sub(" ", text)
+    text = _MARKS.sub(r" \1 ", text)
+    text = _OTHER.sub(" ", text)
+    return _QUOTES.sub(" ", text)
+
+
+def read_vocabulary(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+class Tokenizer:
+    """Text → fixed-length token ids, as the exported model expects."""
+
+    def __init__(self, vocabulary, length):
+        self.index = {tok: i for i, tok in enumerate(vocabulary) if i > 1}
+        self.length = length
+
+    def __call__(self, texts):
+        ids = np.zeros((len(texts), self.length), "int32")
+        for row, text in enumerate(texts):
+            tokens = standardize(text).split()[: self.length]
+            ids[row, : len(tokens)] = [self.index.get(t, 1) for t in tokens]
+        return ids
+
+
+class LiteRTClassifier:
+    """A `.tflite` text classifier and its vocabulary.
+
+    Args:
+        model_path: the `.tflite` file.
+        vocabulary_path: one token per line; defaults to `vocabulary.txt`
+            beside the model.
+        num_threads: interpreter threads. Defaults to `None` (LiteRT's).
+    """
+
+    def __init__(self, model_path, vocabulary_path=None, num_threads=None):
+        from ai_edge_litert.interpreter import Interpreter
+
+        if not os.path.isfile(model_path):
+            raise ValueError(
+                f"No such LiteRT model. Received: model_path={model_path!r}"
+            )
+        vocabulary_path = vocabulary_path or os.path.join(
+            os.path.dirname(model_path), "vocabulary.txt"
+        )
+        if not os.path.isfile(vocabulary_path):
+            raise ValueError(
+                "No vocabulary beside the LiteRT model. Received: "
+                f"vocabulary_path={vocabulary_path!r}"
+            )
+        try:
+            self.interpreter = Interpreter(
+                model_path=model_path, num_threads=num_threads
+            )
+            self.runner = self.interpreter.get_signature_runner()
+        except (ValueError, RuntimeError) as err:
+            raise ValueError(
+                f"Not a valid LiteRT model: {model_path!r} ({err})"
+            ) from err
+        (spec,) = self.runner.get_input_details().values()
+        self.batch_size, length = spec["shape"]
+        self.tokenizer = Tokenizer(read_vocabulary(vocabulary_path), length)
+
+    def predict_ids(self, ids):
+        """Run batches of token ids; returns a dict of stacked outputs."""
+        outputs = {}
+        for start in range(0, len(ids), self.batch_size):
+            chunk = ids[start : start + self.batch_size]
+            pad = self.batch_size - len(chunk)
+            if pad:
+                chunk = np.concatenate(
+                    [chunk, np.zeros((pad, chunk.shape[1]), "int32")]
+                )
+            out = self.runner(tokens=chunk)
+            for name, value in out.items():
+                outputs.setdefault(name, []).append(
+                    value[: self.batch_size - pad]
+                )
+        return {k: np.concatenate(v) for k, v in outputs.items()}
+
+    def predict(self, texts):
+        return self.predict_ids(self.tokenizer(list(texts)))

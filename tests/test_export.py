@@ -1,0 +1,292 @@
+"""Export round trips: SavedModel, LiteRT (every quantization), CLI errors."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_attn
+from keras_attn import export, litert_runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RNG = np.random.default_rng(5)
+WORDS = (
+    "good great fine awful bad boring superb movie film plot actor "
+    "story scene end the a was is it and but not"
+).split()
+TEXTS = [
+    " ".join(RNG.choice(WORDS, size=RNG.integers(3, 30)))
+    + " <br /><br />Don't MISS it!? 10/10 'quoted' café"
+    for _ in range(64)
+] + ["", "x " * 500]
+LENGTH = 24
+
+
+def build_text_model(policy=None, encoder="rnn"):
+    """Vectorizer → Embedding → encoder → StructuredSelfAttention → prob.
+
+    `encoder="rnn"`: a BiLSTM; `"attention"`: MultiHeadPositional.
+    """
+    if policy:
+        keras.mixed_precision.set_dtype_policy(policy)
+    try:
+        keras.utils.set_random_seed(3)
+        vec = keras.layers.TextVectorization(
+            max_tokens=400,
+            standardize=keras_attn.standardize_review,
+            output_sequence_length=LENGTH,
+            name="vectorizer",
+        )
+        vec.adapt(np.array(TEXTS[:60], dtype=object))
+        tokens = keras.Input((LENGTH,), dtype="int64")
+        x = keras.layers.Embedding(1000, 256, mask_zero=True)(tokens)
+        if encoder == "rnn":
+            x = keras.layers.Bidirectional(
+                keras.layers.LSTM(4, return_sequences=True)
+            )(x)
+        else:
+            x = keras_attn.MultiHeadPositional(
+                2, 4, feed_forward="per_head", output_dim=8
+            )(x)
+        m, a = keras_attn.StructuredSelfAttention(8, 3)(
+            x, return_attention_scores=True
+        )
+        prob = keras.layers.Dense(1, "sigmoid", dtype="float32")(
+            keras.layers.Flatten()(m)
+        )
+        inner = keras.Model(tokens, {"probability": prob, "attention": a})
+        text = keras.Input((), dtype="string")
+        return keras.Model(text, inner(vec(text)))
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+
+
+@pytest.fixture(scope="module")
+def text_model():
+    return build_text_model()
+
+
+@pytest.fixture(scope="module")
+def attention_model():
+    return build_text_model(encoder="attention")
+
+
+def as_batch(texts):
+    return np.array(texts, dtype=object)
+
+
+def test_saved_model_fresh_process_without_keras_attn(text_model, tmp_path):
+    path = str(tmp_path / "sm")
+    export.export_saved_model(text_model, path)
+    want = text_model.predict(as_batch(TEXTS), verbose=0)
+    np.savez(tmp_path / "want.npz", **want)
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["keras_attn"] = None  # importing it now fails
+        import numpy as np, tensorflow as tf
+        texts = {TEXTS!r}
+        fn = tf.saved_model.load({path!r}).signatures["serving_default"]
+        spec = fn.structured_input_signature[1]
+        (inp,) = spec.values()
+        assert inp.dtype == tf.string and inp.shape.as_list() == [None]
+        out = fn(tf.constant(texts))
+        want = np.load({str(tmp_path / "want.npz")!r})
+        for k in ("probability", "attention"):
+            assert np.abs(out[k].numpy() - want[k]).max() <= 1e-5, k
+        print("OK", sorted(out))
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "OK ['attention', 'probability']" in proc.stdout
+    # Keras pins the string preprocessing (TextVectorization) to the host
+    # CPU, as string ops have no GPU kernels; no model math is pinned, so
+    # the attention and RNN run on a GPU when one is present.
+    pinned = cpu_pinned_ops(tmp_path / "sm")
+    assert "StringSplitV2" in pinned  # the check sees device pins at all
+    assert not pinned & MATH_OPS, pinned & MATH_OPS
+
+
+MATH_OPS = {
+    "MatMul",
+    "BatchMatMulV2",
+    "Einsum",
+    "Softmax",
+    "Tanh",
+    "Sigmoid",
+    "BiasAdd",
+    "GatherV2",
+    "While",
+}
+
+
+def cpu_pinned_ops(folder):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((folder / "saved_model.pb").read_bytes())
+    graph = saved.meta_graphs[0].graph_def
+    nodes = list(graph.node)
+    for fn in graph.library.function:
+        nodes.extend(fn.node_def)
+    return {n.op for n in nodes if "CPU" in n.device.upper()}
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_saved_model_mixed_precision(text_model, policy, tmp_path):
+    mixed = build_text_model(policy)
+    mixed.set_weights(text_model.get_weights())
+    path = str(tmp_path / "sm")
+    export.export_saved_model(mixed, path)
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    out = fn(tf.constant(TEXTS))
+    want = text_model.predict(as_batch(TEXTS), verbose=0)
+    for k in ("probability", "attention"):
+        got = np.asarray(tf.cast(out[k], "float32"))
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, want[k], atol=3e-2)
+
+
+def test_litert_tokenizer_matches_text_vectorization(text_model):
+    vec, _ = export.split_text_model(text_model)
+    tok = litert_runtime.Tokenizer(vec.get_vocabulary(), LENGTH)
+    np.testing.assert_array_equal(tok(TEXTS), np.asarray(vec(as_batch(TEXTS))))
+
+
+@pytest.mark.parametrize("encoder", ["rnn", "attention"])
+@pytest.mark.parametrize("quantize", export.QUANTIZATIONS)
+def test_litert_every_quantization(
+    text_model, attention_model, encoder, quantize, tmp_path
+):
+    text_model = text_model if encoder == "rnn" else attention_model
+    path = str(tmp_path / f"model_{quantize}.tflite")
+    export.export_text_tflite(
+        text_model, path, quantize=quantize, calibration_texts=TEXTS[:40]
+    )
+    ops = export.tflite_op_names(path)
+    assert not [op for op in ops if "FLEX" in op.upper() or op == "CUSTOM"]
+    assert "READ_VARIABLE" not in ops
+    clf = litert_runtime.LiteRTClassifier(path)
+    got = clf.predict(TEXTS)
+    want = text_model.predict(as_batch(TEXTS), verbose=0)
+    tol = {"none": 1e-4, "float16": 2e-3, "dynamic": 2e-2, "int8": 5e-2}
+    for k in ("probability", "attention"):
+        assert np.abs(got[k] - want[k]).max() <= tol[quantize], k
+    if quantize in ("int8", "dynamic") and not (
+        quantize == "int8" and encoder == "rnn"
+    ):
+        # Full-integer int8 unrolls the RNN (one weight copy per step), so
+        # the size bar is checked for the attention encoder only.
+        f32 = str(tmp_path / "f32.tflite")
+        export.export_text_tflite(text_model, f32)
+        assert os.path.getsize(path) <= 0.3 * os.path.getsize(f32)
+
+
+def test_unrolled_bidirectional_matches_rolled_with_padding():
+    x = RNG.normal(size=(3, 9, 4)).astype("float32")
+    inp = keras.Input((9, 4))
+    masked = keras.layers.Masking()(inp)
+    out = keras.layers.Bidirectional(
+        keras.layers.GRU(3, return_sequences=True)
+    )(masked)
+    model = keras.Model(inp, out)
+    x[0, 5:] = 0.0
+    x[1, 2:] = 0.0
+    ready = export.litert_ready(model)
+    np.testing.assert_allclose(
+        ready.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6
+    )
+
+
+def run_cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "keras_attn", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+
+
+def test_cli_export_and_predict_agree(text_model, tmp_path):
+    model_path = str(tmp_path / "model.keras")
+    text_model.save(model_path)
+    proc = run_cli(
+        "export",
+        model_path,
+        "--saved-model",
+        str(tmp_path / "sm"),
+        "--tflite",
+        str(tmp_path / "m.tflite"),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = []
+    for artifact in (
+        model_path,
+        str(tmp_path / "sm"),
+        str(tmp_path / "m.tflite"),
+    ):
+        proc = run_cli("predict", artifact, "great film", "awful plot")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results.append(
+            [
+                float(line.split("\t")[0])
+                for line in proc.stdout.strip().splitlines()
+            ]
+        )
+    np.testing.assert_allclose(results[1], results[0], atol=1e-4)
+    np.testing.assert_allclose(results[2], results[0], atol=1e-4)
+
+
+def test_cli_errors_are_clean_and_leave_nothing(text_model, tmp_path):
+    model_path = tmp_path / "model.keras"
+    text_model.save(str(model_path))
+    truncated = tmp_path / "truncated.keras"
+    truncated.write_bytes(model_path.read_bytes()[:2000])
+    foreign = tmp_path / "notes.keras"
+    foreign.write_text("hello")
+    bad_tflite = tmp_path / "bad.tflite"
+    bad_tflite.write_bytes(b"\x00" * 64)
+    (tmp_path / "vocabulary.txt").write_text("\n[UNK]\na\n")
+    cases = [
+        ("export", str(truncated), "--saved-model", str(tmp_path / "o1")),
+        ("export", str(foreign), "--tflite", str(tmp_path / "o2.tflite")),
+        (
+            "export",
+            str(tmp_path / "missing.keras"),
+            "--saved-model",
+            str(tmp_path / "o3"),
+        ),
+        (
+            "export",
+            str(model_path),
+            "--saved-model",
+            str(tmp_path / "no" / "such" / "dir"),
+        ),
+        (
+            "export",
+            str(model_path),
+            "--tflite",
+            str(tmp_path / "o4.tflite"),
+            "--quantize",
+            "int8",
+        ),
+        ("predict", str(bad_tflite), "hello"),
+        ("predict", str(truncated), "hello"),
+    ]
+    for args in cases:
+        proc = run_cli(*args)
+        assert proc.returncode == 2, (args, proc.stderr[-1500:])
+        assert "keras-attn: error:" in proc.stderr, args
+        assert "Traceback" not in proc.stderr, args
+    leftovers = {p.name for p in tmp_path.iterdir()}
+    assert not leftovers & {"o1", "o2.tflite", "o3", "o4.tflite"}
+    assert not [n for n in leftovers if n.startswith(".tmp-export")]
