@@ -52,6 +52,12 @@ def parse_args(argv=None):
     p.add_argument("--penalty", type=float, default=0.1)
     p.add_argument("--dropout", type=float, default=0.3)
     p.add_argument("--learning-rate", type=float, default=2e-3)
+    p.add_argument(
+        "--weight-decay",
+        type=float,
+        default=0.0,
+        help="AdamW decoupled weight decay (0: plain Adam)",
+    )
     p.add_argument("--bigram-tokens", type=int, default=200000)
     p.add_argument(
         "--nb-scale",
@@ -355,7 +361,11 @@ def train_model(model, train_ds, val_ds, args):
     # that Keras reports accuracy for the probability head.
     trainer = keras.Model(model.input, model.output["probability"])
     trainer.compile(
-        optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
+        optimizer=keras.optimizers.AdamW(
+            args.learning_rate, weight_decay=args.weight_decay, clipnorm=1.0
+        )
+        if args.weight_decay
+        else keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
         loss="binary_crossentropy",
         metrics=["accuracy"],
     )

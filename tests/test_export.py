@@ -290,3 +290,26 @@ def test_cli_errors_are_clean_and_leave_nothing(text_model, tmp_path):
     leftovers = {p.name for p in tmp_path.iterdir()}
     assert not leftovers & {"o1", "o2.tflite", "o3", "o4.tflite"}
     assert not [n for n in leftovers if n.startswith(".tmp-export")]
+
+
+def test_litert_runtime_needs_no_tensorflow(attention_model, tmp_path):
+    path = str(tmp_path / "m.tflite")
+    export.export_text_tflite(attention_model, path)
+    want = attention_model.predict(as_batch(TEXTS[:5]), verbose=0)
+    runtime = os.path.join(ROOT, "keras_attn", "litert_runtime.py")
+    script = textwrap.dedent(f"""
+        import importlib.util, sys
+        for name in ("tensorflow", "keras", "keras_attn"):
+            sys.modules[name] = None  # any import of them now fails
+        spec = importlib.util.spec_from_file_location("rt", {runtime!r})
+        rt = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(rt)
+        out = rt.LiteRTClassifier({path!r}).predict({TEXTS[:5]!r})
+        print(repr(out["probability"][:, 0].tolist()))
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = np.array(eval(proc.stdout.strip().splitlines()[-1]))
+    np.testing.assert_allclose(got, want["probability"][:, 0], atol=1e-4)
