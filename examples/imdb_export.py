@@ -1,0 +1,130 @@
+"""Export a shipped IMDB model to LiteRT and measure every quantization.
+
+For `saved_models/<name>/model.keras` this writes `model_float32.tflite` and
+`model_int8.tflite` (+ `vocabulary.txt`) beside it, and records in
+`<name>/litert.json`, for float32, float16, dynamic-range int8 and
+full-integer int8: the size, the max |LiteRT − Keras| difference on 1,000
+test reviews, and the accuracy on the full test split (LiteRT only, with
+the pure-Python tokenizer).
+
+    python examples/imdb_export.py saved_models/imdb_ssa [--ship-int8 dynamic]
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def main(argv=None):
+    import imdb_classification as ex
+    import keras
+
+    from keras_attn import export
+    from keras_attn.litert_runtime import LiteRTClassifier
+
+    p = argparse.ArgumentParser()
+    p.add_argument("folder")
+    p.add_argument(
+        "--ship-int8",
+        choices=["dynamic", "int8"],
+        default="int8",
+        help="which int8 variant ships as model_int8.tflite",
+    )
+    p.add_argument("--parity-reviews", type=int, default=1000)
+    p.add_argument("--calibration", type=int, default=500)
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="evaluate on this many test reviews (default all)",
+    )
+    p.add_argument("--seed", type=int, default=1337)
+    args = p.parse_args(argv)
+
+    model = keras.models.load_model(os.path.join(args.folder, "model.keras"))
+    data = ex.load_imdb(None, None, 0.1, args.seed)
+    test_x, test_y = data["test"]
+    if args.limit:
+        test_x, test_y = test_x[: args.limit], test_y[: args.limit]
+    texts = [t.decode("utf-8") for t in test_x]
+    calib = [t.decode("utf-8") for t in data["train"][0][: args.calibration]]
+    keras_out = model.predict(
+        np.asarray(texts[: args.parity_reviews], dtype=object), verbose=0
+    )
+    report = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for quantize in ("none", "float16", "dynamic", "int8"):
+            path = os.path.join(tmp, f"model_{quantize}.tflite")
+            start = time.time()
+            export.export_text_tflite(
+                model, path, quantize=quantize, calibration_texts=calib
+            )
+            convert_s = time.time() - start
+            clf = LiteRTClassifier(path)
+            start = time.time()
+            out = clf.predict(texts)
+            eval_s = time.time() - start
+            probs = out["probability"][:, 0]
+            n = args.parity_reviews
+            report[quantize] = {
+                "size_bytes": os.path.getsize(path),
+                "ops": export.tflite_op_names(path),
+                "max_abs_diff_probability": float(
+                    np.abs(probs[:n] - keras_out["probability"][:n, 0]).max()
+                ),
+                "max_abs_diff_attention": float(
+                    np.abs(
+                        out["attention"][:n] - keras_out["attention"][:n]
+                    ).max()
+                ),
+                "test_accuracy": float(
+                    np.mean((probs > 0.5) == (test_y > 0.5))
+                ),
+                "test_reviews": len(texts),
+                "convert_s": round(convert_s, 1),
+                "eval_s_per_review": eval_s / len(texts),
+            }
+            print(
+                quantize,
+                json.dumps(
+                    {k: v for k, v in report[quantize].items() if k != "ops"}
+                ),
+                flush=True,
+            )
+            if quantize == "none":
+                ship = "model_float32.tflite"
+            elif quantize == args.ship_int8:
+                ship = "model_int8.tflite"
+            else:
+                continue
+            os.replace(path, os.path.join(args.folder, ship))
+            report[quantize]["shipped_as"] = ship
+    f32 = report["none"]["size_bytes"]
+    for q in report.values():
+        q["size_vs_float32"] = q["size_bytes"] / f32
+    export.write_vocabulary(
+        export.split_text_model(model)[0],
+        os.path.join(args.folder, "vocabulary.txt"),
+    )
+    with open(os.path.join(args.folder, "litert.json"), "w") as f:
+        json.dump(
+            {
+                "command": "python examples/imdb_export.py "
+                + " ".join(argv or sys.argv[1:]),
+                **report,
+            },
+            f,
+            indent=2,
+        )
+    return report
+
+
+if __name__ == "__main__":
+    main()
