@@ -363,3 +363,83 @@ def export_text_tflite(
     )
     write_vocabulary(vectorizer, vocab)
     return path
+
+
+def _freeze(function):
+    """A `tf.function` like `function` with every variable a constant.
+
+    LiteRT then needs no resource variables (`READ_VARIABLE` ops).
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    concrete = function.get_concrete_function()
+    names = sorted(concrete.structured_outputs)
+    const = convert_variables_to_constants_v2(concrete)
+    spec = function.input_signature
+
+    @tf.function(input_signature=spec)
+    def frozen(*args):  # the frozen function returns a flat list
+        return dict(zip(names, const(*args), strict=True))
+
+    return frozen
+
+
+def export_seq2seq_tflite(encoder, step, path, source_length, units):
+    """LiteRT model with two signatures: `encode` and one decoder `step`.
+
+    `encode(source (1, S) int32) -> memory (1, S, U), state (1, U)`;
+    `step(prev (1, 1) int32, state (1, U), memory (1, S, U), memory_mask
+    (1, S) bool) -> logits (1, V), new_state (1, U), attention (1, S)`.
+    Builtin ops only; a Python loop drives greedy decoding
+    (`keras_attn.litert_runtime.LiteRTTranslator`).
+    """
+    import tensorflow as tf
+
+    class Seq2Seq(tf.Module):
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([1, source_length], tf.int32, name="source")
+            ]
+        )
+        def encode(self, source):
+            memory, state = encoder(source, training=False)
+            return {"memory": memory, "state": state}
+
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([1, 1], tf.int32, name="prev"),
+                tf.TensorSpec([1, units], tf.float32, name="state"),
+                tf.TensorSpec(
+                    [1, source_length, units], tf.float32, name="memory"
+                ),
+                tf.TensorSpec([1, source_length], tf.bool, name="memory_mask"),
+            ]
+        )
+        def step(self, prev, state, memory, memory_mask):
+            logits, new_state, att = step(
+                [prev, state, memory, memory_mask], training=False
+            )
+            return {"logits": logits, "state": new_state, "attention": att}
+
+    module = Seq2Seq()
+    frozen = tf.Module()
+    frozen.encode = _freeze(module.encode)
+    frozen.step = _freeze(module.step)
+    with tempfile.TemporaryDirectory() as tmp:
+        tf.saved_model.save(
+            frozen,
+            tmp,
+            signatures={"encode": frozen.encode, "step": frozen.step},
+        )
+        converter = tf.lite.TFLiteConverter.from_saved_model(
+            tmp, signature_keys=["encode", "step"]
+        )
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        data = converter.convert()
+    with atomic_path(path) as tmp_path:
+        with open(tmp_path, "wb") as f:
+            f.write(data)
+    return path

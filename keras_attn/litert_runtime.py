@@ -103,3 +103,81 @@ class LiteRTClassifier:
 
     def predict(self, texts):
         return self.predict_ids(self.tokenizer(list(texts)))
+
+
+_SENT_SPACES = re.compile("[\u202f\u00a0\u2009]")
+_SENT_PUNCT = re.compile(r"([.,!?;:\"«»()])")
+_SENT_WS = re.compile(r"[\t\n\f\r ]+")
+
+
+def standardize_sentence(text):
+    """The same steps as `keras_attn.text.standardize_sentence`."""
+    text = "".join(c.lower() if c < "\x80" else c for c in text)
+    text = _SENT_SPACES.sub(" ", text)
+    text = _SENT_PUNCT.sub(r" \1 ", text)
+    text = text.replace("'", "' ")
+    return _SENT_WS.sub(" ", text).strip("\t\n\f\r ")
+
+
+class LiteRTTranslator:
+    """Greedy translation with the `encode`/`step` LiteRT signatures.
+
+    Args:
+        model_path: the `.tflite` file from `export_seq2seq_tflite`.
+        folder: where `source_vocabulary.txt` and `target_vocabulary.txt`
+            are. Defaults to the model's folder.
+        max_length: the most output tokens. Defaults to `20`.
+    """
+
+    def __init__(self, model_path, folder=None, max_length=20):
+        from ai_edge_litert.interpreter import Interpreter
+
+        folder = folder or os.path.dirname(os.path.abspath(model_path))
+        self.source_vocab = read_vocabulary(
+            os.path.join(folder, "source_vocabulary.txt")
+        )
+        self.target_vocab = read_vocabulary(
+            os.path.join(folder, "target_vocabulary.txt")
+        )
+        self.index = {t: i for i, t in enumerate(self.source_vocab) if i > 1}
+        self.interpreter = Interpreter(model_path=model_path)
+        self.encode = self.interpreter.get_signature_runner("encode")
+        self.step = self.interpreter.get_signature_runner("step")
+        self.length = self.encode.get_input_details()["source"]["shape"][1]
+        self.start = self.target_vocab.index("[start]")
+        self.end = self.target_vocab.index("[end]")
+        self.max_length = max_length
+
+    def source_ids(self, text):
+        ids = np.zeros((1, self.length), "int32")
+        tokens = standardize_sentence(text).split(" ")[: self.length]
+        tokens = [t for t in tokens if t]
+        ids[0, : len(tokens)] = [self.index.get(t, 1) for t in tokens]
+        return ids
+
+    def translate_ids(self, text):
+        source = self.source_ids(text)
+        enc = self.encode(source=source)
+        memory, state = enc["memory"], enc["state"]
+        mask = source != 0
+        prev, out = self.start, []
+        for _ in range(self.max_length):
+            res = self.step(
+                prev=np.array([[prev]], "int32"),
+                state=state,
+                memory=memory,
+                memory_mask=mask,
+            )
+            prev = int(np.argmax(res["logits"][0]))
+            state = res["state"]
+            if prev == self.end:
+                break
+            out.append(prev)
+        return out
+
+    def translate(self, text):
+        words = [
+            self.target_vocab[i] for i in self.translate_ids(text) if i > 0
+        ]
+        joined = " ".join(words).replace("' ", "'")
+        return re.sub(r" ([.,])", r"\1", joined).strip()

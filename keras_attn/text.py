@@ -24,3 +24,26 @@ def standardize_review(text):
     text = tf.strings.regex_replace(text, r"[^a-z0-9!?' ]", " ")
     text = tf.strings.regex_replace(text, r"(^|\s)'+|'+(\s|$)", " ")
     return text
+
+
+_SPACES = "\u202f\u00a0\u2009"
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+def standardize_sentence(text):
+    """For translation: lowercase, split off punctuation, unify spaces.
+
+    Narrow and non-breaking spaces (U+202F, U+00A0, U+2009, used before
+    `! ? :` in French) become plain spaces; `. , ! ? ; : " « »` become
+    their own tokens; an apostrophe stays attached to the word before it
+    (`l'` `homme`, `don't`). Lowercases only ASCII letters, as
+    `tf.strings.lower` does.
+    """
+    import tensorflow as tf
+
+    text = tf.strings.lower(text, encoding="utf-8")
+    text = tf.strings.regex_replace(text, f"[{_SPACES}]", " ")
+    text = tf.strings.regex_replace(text, r"([.,!?;:\"«»()])", r" \1 ")
+    text = tf.strings.regex_replace(text, r"'", r"' ")
+    text = tf.strings.regex_replace(text, r"[\t\n\f\r ]+", " ")
+    return tf.strings.strip(text)
