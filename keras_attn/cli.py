@@ -138,6 +138,40 @@ def _predict(args):
     return 0
 
 
+def _align(args):
+    """Alignment heatmap (source × target tokens) from a translator."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import tensorflow as tf
+
+    path = args.model
+    if os.path.isdir(os.path.join(path, "saved_model")):
+        path = os.path.join(path, "saved_model")
+    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+        raise ValueError(f"No SavedModel translator at {args.model!r}.")
+    fn = tf.saved_model.load(path).signatures["translate"]
+    out = fn(tf.constant([args.text]))
+    src = [t.decode() for t in out["source_tokens"].numpy()[0] if t]
+    tgt = [t.decode() for t in out["target_tokens"].numpy()[0] if t]
+    att = out["attention"].numpy()[0][: len(tgt), : len(src)]
+    print(out["translation"].numpy()[0].decode())
+    fig, ax = plt.subplots(figsize=(1 + 0.5 * len(src), 1 + 0.4 * len(tgt)))
+    ax.imshow(att, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(len(src)))
+    ax.set_xticklabels(src, rotation=60, ha="right")
+    ax.set_yticks(range(len(tgt)))
+    ax.set_yticklabels(tgt)
+    ax.set_xlabel("English")
+    ax.set_ylabel("French")
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=120)
+    plt.close(fig)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-attn",
@@ -169,6 +203,11 @@ def build_parser():
         "--calibration", default=None, help="texts, one per line (int8)"
     )
     p.set_defaults(func=_export)
+    p = sub.add_parser("align", help="translation alignment heatmap (PNG)")
+    p.add_argument("model", help="translator folder or its saved_model")
+    p.add_argument("text")
+    p.add_argument("--out", default="alignment.png")
+    p.set_defaults(func=_align)
     p = sub.add_parser("predict", help="run a .keras, SavedModel or .tflite")
     p.add_argument("artifact")
     p.add_argument("text", nargs="+")
