@@ -46,6 +46,13 @@ def main(argv=None):
         help="evaluate on this many test reviews (default all)",
     )
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument(
+        "--subset",
+        type=int,
+        default=None,
+        help="evaluate the variants not shipped on this many "
+        "test reviews only (to save time)",
+    )
     args = p.parse_args(argv)
 
     model = keras.models.load_model(os.path.join(args.folder, "model.keras"))
@@ -69,7 +76,9 @@ def main(argv=None):
             convert_s = time.time() - start
             clf = LiteRTClassifier(path)
             start = time.time()
-            out = clf.predict(texts)
+            shipped = quantize in ("none", args.ship_int8)
+            n_eval = len(texts) if shipped or not args.subset else args.subset
+            out = clf.predict(texts[:n_eval])
             eval_s = time.time() - start
             probs = out["probability"][:, 0]
             n = args.parity_reviews
@@ -89,7 +98,7 @@ def main(argv=None):
                 ),
                 "test_reviews": len(texts),
                 "convert_s": round(convert_s, 1),
-                "eval_s_per_review": eval_s / len(texts),
+                "eval_s_per_review": eval_s / n_eval,
             }
             print(
                 quantize,

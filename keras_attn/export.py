@@ -53,7 +53,6 @@ def export_saved_model(model, path, input_signature=None):
             model input, built from the model's input shapes and dtypes (a
             string model therefore takes a batch of raw strings).
     """
-    import keras
     import tensorflow as tf
 
     if input_signature is None:
@@ -62,17 +61,27 @@ def export_saved_model(model, path, input_signature=None):
             for t in model.inputs
         ]
 
-    def serve(*args):
-        outputs = model(list(args) if len(args) > 1 else args[0])
-        if not isinstance(outputs, dict):
-            outputs = {"output_0": outputs}
-        return outputs
+    class Served(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
 
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serving_default", serve, input_signature)
+        @tf.function(input_signature=input_signature)
+        def serve(self, *args):
+            outputs = self.model(
+                list(args) if len(args) > 1 else args[0], training=False
+            )
+            if not isinstance(outputs, dict):
+                outputs = {"output_0": outputs}
+            return outputs
+
+    # A plain tf.Module stores each variable once (keras.export's archive
+    # wrote the weights twice in Keras 3.15).
+    served = Served()
     with atomic_path(path) as tmp:
-        archive.write_out(tmp, verbose=False)
+        tf.saved_model.save(
+            served, tmp, signatures={"serving_default": served.serve}
+        )
     return path
 
 
