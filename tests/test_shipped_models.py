@@ -1,0 +1,107 @@
+"""The shipped models in saved_models/ still give the known answers."""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = os.path.join(ROOT, "saved_models")
+IMDB = sorted(glob.glob(os.path.join(SHIPPED, "imdb_*", "model.keras")))
+TRANSLATOR = os.path.join(SHIPPED, "translation_en_fr")
+
+# Clear reviews written for this test (not from IMDB), with their labels.
+REVIEWS = [
+    (
+        "An absolute masterpiece: brilliant acting, a moving story and a "
+        "beautiful score. I loved every minute and will watch it again.",
+        1,
+    ),
+    (
+        "Wonderful film! Funny, touching and superbly directed. The best "
+        "movie I have seen this year, highly recommended.",
+        1,
+    ),
+    (
+        "A great cast and a clever, gripping plot. Excellent from start to "
+        "finish.",
+        1,
+    ),
+    (
+        "The worst movie I have ever seen. Terrible acting, a stupid plot "
+        "and boring dialogue. A complete waste of time.",
+        0,
+    ),
+    (
+        "Awful. Dull, badly written and far too long. I wanted to walk out "
+        "after twenty minutes. Avoid it.",
+        0,
+    ),
+    (
+        "Poor script, horrible effects and lazy directing. Utterly "
+        "disappointing and painful to sit through.",
+        0,
+    ),
+]
+
+
+def test_shipped_imdb_models_exist():
+    assert IMDB, "no saved_models/imdb_*/model.keras is shipped"
+
+
+@pytest.mark.parametrize("path", IMDB, ids=lambda p: p.split(os.sep)[-2])
+def test_imdb_model_predicts_clear_reviews(path):
+    import keras
+    import tensorflow as tf
+
+    import keras_attn  # noqa: F401
+
+    folder = os.path.dirname(path)
+    texts = np.array([r for r, _ in REVIEWS], dtype=object)
+    labels = np.array([y for _, y in REVIEWS])
+    model = keras.models.load_model(path)
+    probs = model.predict(texts, verbose=0)["probability"][:, 0]
+    np.testing.assert_array_equal(probs > 0.5, labels == 1)
+    metrics = json.load(open(os.path.join(folder, "metrics.json")))
+    assert metrics["test_accuracy"] > 0.8
+    sm = os.path.join(folder, "saved_model")
+    if os.path.isdir(sm):
+        fn = tf.saved_model.load(sm).signatures["serving_default"]
+        got = fn(tf.constant(list(texts)))["probability"].numpy()[:, 0]
+        np.testing.assert_allclose(got, probs, atol=1e-5)
+    for name, tol in (
+        ("model_float32.tflite", 1e-4),
+        ("model_int8.tflite", 5e-2),
+    ):
+        if os.path.isfile(os.path.join(folder, name)):
+            from keras_attn.litert_runtime import LiteRTClassifier
+
+            clf = LiteRTClassifier(os.path.join(folder, name))
+            got = clf.predict(list(texts))["probability"][:, 0]
+            assert np.abs(got - probs).max() <= tol, name
+
+
+@pytest.mark.skipif(
+    not os.path.isdir(TRANSLATOR), reason="no translator shipped"
+)
+def test_shipped_translator_easy_sentences():
+    import tensorflow as tf
+
+    fn = tf.saved_model.load(
+        os.path.join(TRANSLATOR, "saved_model")
+    ).signatures["translate"]
+    cases = {
+        "I am tired.": ("fatigué", "fatiguée"),
+        "Thank you.": ("merci",),
+        "I love you.": ("aime",),
+        "Hello!": ("salut", "bonjour"),
+    }
+    out = fn(tf.constant(list(cases)))["translation"].numpy()
+    got = [t.decode() for t in out]
+    hits = [
+        any(w in g for w in want)
+        for want, g in zip(cases.values(), got, strict=True)
+    ]
+    assert sum(hits) >= 3, got
