@@ -22,6 +22,7 @@ Run: `python examples/imdb_classification.py --model ssa --out saved_models`
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -444,6 +445,7 @@ def text_dataset(texts, labels, batch_size=256):
 
 def main(argv=None):
     import keras
+    import tensorflow as tf
 
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
@@ -519,11 +521,20 @@ def main(argv=None):
             folder = os.path.join(args.out, f"imdb_{name}{args.tag}")
             save_artifacts(folder, text_model, vec, metrics)
 
+    # --strategy mirrored: data parallel over the local devices (GPUs, or
+    # logical CPUs); for several machines use
+    # tf.distribute.MultiWorkerMirroredStrategy with TF_CONFIG set.
+    scope = (
+        tf.distribute.MirroredStrategy().scope()
+        if args.strategy == "mirrored"
+        else contextlib.nullcontext()
+    )
     for name in wanted:
         keras.utils.set_random_seed(args.seed)
         if name in builders:
-            model = builders[name]()
-            wall, history = train_model(model, train_ds, val_ds, args)
+            with scope:
+                model = builders[name]()
+                wall, history = train_model(model, train_ds, val_ds, args)
             trained[name + "_tokens"] = model
             record(
                 name,
