@@ -106,7 +106,7 @@ def main(argv=None):
                 "test_accuracy": float(
                     np.mean((probs > 0.5) == (test_y[:n_eval] > 0.5))
                 ),
-                "test_reviews": len(texts),
+                "test_reviews": n_eval,
                 "convert_s": round(convert_s, 1),
                 "eval_s_per_review": eval_s / n_eval,
             }
