@@ -4,24 +4,12 @@ import keras
 from keras import layers, ops
 
 from keras_attn import masking, scores
-
-
-def _positive_int(name, value, allow_none=False):
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f"Expected {name} to be a positive integer. "
-            f"Received: {name}={value!r}"
-        )
-
-
-def _check_rate(name, value):
-    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(
-            f"Expected {name} to be a float in [0, 1). "
-            f"Received: {name}={value!r}"
-        )
+from keras_attn.validation import (
+    check_batch,
+    check_rate,
+    clone_initializer,
+    positive_int,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -114,14 +102,14 @@ class Attention(layers.Layer):
                 f"Received: score={score!r}"
             )
         if score == "additive":
-            _positive_int("units", units)
+            positive_int("units", units)
         else:
-            _positive_int("units", units, allow_none=True)
+            positive_int("units", units, allow_none=True)
         if score == "low_rank":
-            _positive_int("rank", rank)
+            positive_int("rank", rank)
         else:
-            _positive_int("rank", rank, allow_none=True)
-        _check_rate("dropout", dropout)
+            positive_int("rank", rank, allow_none=True)
+        check_rate("dropout", dropout)
         self.score = score
         self.units = units
         self.rank = rank
@@ -137,11 +125,7 @@ class Attention(layers.Layer):
         return self.add_weight(
             name=name,
             shape=shape,
-            initializer=keras.initializers.get(
-                self.kernel_initializer.__class__.from_config(
-                    self.kernel_initializer.get_config()
-                )
-            ),
+            initializer=clone_initializer(self.kernel_initializer),
             regularizer=self.kernel_regularizer,
         )
 
@@ -220,7 +204,7 @@ class Attention(layers.Layer):
         training=None,
     ):
         key = value if key is None else key
-        _check_batch(query, value, key)
+        check_batch(query, value, key)
         query = ops.cast(query, self.compute_dtype)
         key = ops.cast(key, self.compute_dtype)
         value = ops.cast(value, self.compute_dtype)
@@ -287,15 +271,3 @@ class Attention(layers.Layer):
                 self.bias_regularizer
             ),
         }
-
-
-def _check_batch(query, value, key):
-    """Raise a clear error when static batch sizes disagree."""
-    sizes = {"query": query.shape[0], "value": value.shape[0]}
-    sizes["key"] = key.shape[0]
-    known = {k: v for k, v in sizes.items() if v is not None}
-    if len(set(known.values())) > 1:
-        raise ValueError(
-            "Expected query, value and key to have the same batch size. "
-            f"Received: batch sizes {known}"
-        )

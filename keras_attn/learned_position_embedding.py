@@ -3,7 +3,10 @@
 import keras
 from keras import layers, ops
 
-from keras_attn.attention import _positive_int
+from keras_attn.validation import (
+    clone_initializer,
+    positive_int,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -36,7 +39,7 @@ class LearnedPositionEmbedding(layers.Layer):
 
     def __init__(self, max_length, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        _positive_int("max_length", max_length)
+        positive_int("max_length", max_length)
         self.max_length = max_length
         self.initializer = keras.initializers.get(initializer)
         self.supports_masking = True
@@ -56,9 +59,7 @@ class LearnedPositionEmbedding(layers.Layer):
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(self.max_length, inputs_shape[-1]),
-            initializer=self.initializer.__class__.from_config(
-                self.initializer.get_config()
-            ),
+            initializer=clone_initializer(self.initializer),
         )
         self.built = True
 

@@ -6,10 +6,15 @@ import keras
 from keras import layers, ops
 
 from keras_attn import masking
-from keras_attn.attention import _check_batch, _check_rate, _positive_int
 from keras_attn.learned_position_embedding import LearnedPositionEmbedding
 from keras_attn.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
+)
+from keras_attn.validation import (
+    check_batch,
+    check_rate,
+    clone_initializer,
+    positive_int,
 )
 
 POSITIONS = ("sinusoidal", "learned", None)
@@ -106,26 +111,26 @@ class MultiHeadPositional(layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _positive_int("num_heads", num_heads)
-        _positive_int("key_dim", key_dim)
-        _positive_int("value_dim", value_dim, allow_none=True)
-        _positive_int("feed_forward_dim", feed_forward_dim, allow_none=True)
-        _positive_int("output_dim", output_dim, allow_none=True)
+        positive_int("num_heads", num_heads)
+        positive_int("key_dim", key_dim)
+        positive_int("value_dim", value_dim, allow_none=True)
+        positive_int("feed_forward_dim", feed_forward_dim, allow_none=True)
+        positive_int("output_dim", output_dim, allow_none=True)
         if position not in POSITIONS:
             raise ValueError(
                 f"Expected position to be one of {POSITIONS}. "
                 f"Received: position={position!r}"
             )
         if position == "learned":
-            _positive_int("max_length", max_length)
+            positive_int("max_length", max_length)
         else:
-            _positive_int("max_length", max_length, allow_none=True)
+            positive_int("max_length", max_length, allow_none=True)
         if feed_forward not in FEED_FORWARDS:
             raise ValueError(
                 f"Expected feed_forward to be one of {FEED_FORWARDS}. "
                 f"Received: feed_forward={feed_forward!r}"
             )
-        _check_rate("dropout", dropout)
+        check_rate("dropout", dropout)
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim
@@ -146,7 +151,7 @@ class MultiHeadPositional(layers.Layer):
 
     # -- weights ---------------------------------------------------------
     def _init(self, initializer):
-        return initializer.__class__.from_config(initializer.get_config())
+        return clone_initializer(initializer)
 
     def _kernel(self, name, shape):
         return self.add_weight(
@@ -287,7 +292,7 @@ class MultiHeadPositional(layers.Layer):
             )
         dtype = self.compute_dtype
         query, value, key = (ops.cast(t, dtype) for t in (query, value, key))
-        _check_batch(query, value, key)
+        check_batch(query, value, key)
         q = self._project(
             self._add_positions(query, "query"),
             self.query_kernel,

@@ -4,7 +4,11 @@ import keras
 from keras import layers, ops
 
 from keras_attn import masking
-from keras_attn.attention import _check_rate, _positive_int
+from keras_attn.validation import (
+    check_rate,
+    clone_initializer,
+    positive_int,
+)
 
 
 def frobenius_penalty(weights):
@@ -96,8 +100,8 @@ class StructuredSelfAttention(layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _positive_int("units", units)
-        _positive_int("num_hops", num_hops)
+        positive_int("units", units)
+        positive_int("num_hops", num_hops)
         if (
             isinstance(penalty_coefficient, bool)
             or not isinstance(penalty_coefficient, (int, float))
@@ -107,7 +111,7 @@ class StructuredSelfAttention(layers.Layer):
                 "Expected penalty_coefficient to be a non-negative number. "
                 f"Received: penalty_coefficient={penalty_coefficient!r}"
             )
-        _check_rate("dropout", dropout)
+        check_rate("dropout", dropout)
         self.units = units
         self.num_hops = num_hops
         self.penalty_coefficient = float(penalty_coefficient)
@@ -119,7 +123,7 @@ class StructuredSelfAttention(layers.Layer):
 
     def _initializer(self):
         init = self.kernel_initializer
-        return init.__class__.from_config(init.get_config())
+        return clone_initializer(init)
 
     def build(self, input_shape):
         if len(input_shape) != 3:
