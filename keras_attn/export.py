@@ -247,24 +247,11 @@ def convert_tflite(
         out = ready(tokens, training=False)
         return out if isinstance(out, dict) else {"output_0": out}
 
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2,
-    )
-
-    # Freeze every variable into a constant: LiteRT then needs no resource
-    # variables (READ_VARIABLE / VAR_HANDLE ops).
-    concrete = serve.get_concrete_function()
-    names = sorted(concrete.structured_outputs)
-    frozen = convert_variables_to_constants_v2(concrete)
-
-    @tf.function(input_signature=[spec])
-    def named(tokens):  # the frozen function returns a flat list
-        return dict(zip(names, frozen(tokens), strict=True))
-
+    frozen = _freeze(serve)
     module = tf.Module()
-    module.serve = named
+    module.serve = frozen
     with tempfile.TemporaryDirectory() as tmp:
-        tf.saved_model.save(module, tmp, signatures={"serving_default": named})
+        tf.saved_model.save(module, tmp, signatures={"serving_default": frozen})
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
         return _convert(converter, quantize, representative_data)
 
