@@ -5,7 +5,9 @@ from keras import layers, ops
 
 from keras_attn import masking, scores
 from keras_attn.validation import (
+    check_attention_masks,
     check_batch,
+    check_features,
     check_rate,
     clone_initializer,
     positive_int,
@@ -148,6 +150,9 @@ class Attention(layers.Layer):
                 f"width. Received: query.shape={tuple(query_shape)}, "
                 f"key.shape={tuple(key_shape)}"
             )
+        self._widths = {}
+        if self.score != "dot" and self.score != "scaled_dot":
+            self._widths = {"query": dq, "key": dk}  # fixed by the weights
         if self.score == "general":
             self.kernel = self._kernel("kernel", (dq, dk))
         elif self.score == "low_rank":
@@ -204,10 +209,12 @@ class Attention(layers.Layer):
         training=None,
     ):
         key = value if key is None else key
+        check_features(self._widths, query=query, key=key)
         check_batch(query, value, key)
         query = ops.cast(query, self.compute_dtype)
         key = ops.cast(key, self.compute_dtype)
         value = ops.cast(value, self.compute_dtype)
+        check_attention_masks(query, key, query_mask, value_mask)
         logits = self.compute_scores(query, key)  # (B, Tq, Tv)
         mask = masking.merge_masks(
             ops.shape(query)[1],

@@ -11,7 +11,9 @@ from keras_attn.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
 from keras_attn.validation import (
+    check_attention_masks,
     check_batch,
+    check_features,
     check_rate,
     clone_initializer,
     positive_int,
@@ -195,6 +197,7 @@ class MultiHeadPositional(layers.Layer):
         heads, dk = self.num_heads, self.key_dim
         dv = self.value_dim or self.key_dim
         dq_in, dk_in, dv_in = query_shape[-1], key_shape[-1], value_shape[-1]
+        self._widths = {"query": dq_in, "key": dk_in, "value": dv_in}
         out_dim = self.output_dim or dq_in
         # Projections, shaped like keras.layers.MultiHeadAttention's.
         self.query_kernel = self._kernel("query_kernel", (dq_in, heads, dk))
@@ -293,6 +296,10 @@ class MultiHeadPositional(layers.Layer):
         dtype = self.compute_dtype
         query, value, key = (ops.cast(t, dtype) for t in (query, value, key))
         check_batch(query, value, key)
+        check_features(self._widths, query=query, value=value, key=key)
+        check_attention_masks(
+            query, key, query_mask, value_mask, attention_mask
+        )
         q = self._project(
             self._add_positions(query, "query"),
             self.query_kernel,
@@ -317,7 +324,9 @@ class MultiHeadPositional(layers.Layer):
         scale = 1.0 / math.sqrt(self.key_dim)
         dropout_active = self.dropout > 0 and bool(training)
         weights = None
-        if return_attention_scores or dropout_active:
+        # The fused op needs value heads as wide as key heads on JAX.
+        fusable = (self.value_dim or self.key_dim) == self.key_dim
+        if return_attention_scores or dropout_active or not fusable:
             logits = ops.einsum(
                 "bqhk,bvhk->bhqv", q * ops.cast(scale, dtype), k
             )  # (B, H, Tq, Tv)

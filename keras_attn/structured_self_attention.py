@@ -5,6 +5,8 @@ from keras import layers, ops
 
 from keras_attn import masking
 from keras_attn.validation import (
+    check_features,
+    check_mask,
     check_rate,
     clone_initializer,
     positive_int,
@@ -132,6 +134,7 @@ class StructuredSelfAttention(layers.Layer):
                 f"Received: inputs.shape={tuple(input_shape)}"
             )
         dim = input_shape[-1]
+        self._widths = {"inputs": dim}
         if dim is None:
             raise ValueError(
                 "The last dimension of the inputs must be defined. "
@@ -165,6 +168,8 @@ class StructuredSelfAttention(layers.Layer):
     def call(
         self, inputs, mask=None, return_attention_scores=False, training=None
     ):
+        check_features(self._widths, inputs=inputs)
+        check_mask("mask", mask, tuple(inputs.shape[:2]))
         hidden = ops.cast(inputs, self.compute_dtype)  # (B, T, D)
         x = ops.einsum("btd,du->btu", hidden, self.hidden_kernel)  # (B,T,U)
         if self.hidden_bias is not None:

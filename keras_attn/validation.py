@@ -36,3 +36,53 @@ def check_batch(query, value, key):
 def clone_initializer(initializer):
     """A fresh copy, so that two weights never share one seeded instance."""
     return initializer.__class__.from_config(initializer.get_config())
+
+
+def check_mask(name, mask, expected):
+    """Raise when a mask's static shape cannot match `expected`.
+
+    `expected` holds the sizes the mask must have (`None` where unknown),
+    e.g. `(B, Tv)` for a value mask. Any dtype is accepted: non-zero means
+    "keep", as with `keras.layers.MultiHeadAttention`.
+    """
+    if mask is None:
+        return
+    shape = tuple(getattr(mask, "shape", ()))
+    ok = len(shape) == len(expected) and all(
+        got is None or want is None or got == want or got == 1
+        for got, want in zip(shape, expected, strict=True)
+    )
+    if not ok:
+        want = tuple("?" if w is None else w for w in expected)
+        raise ValueError(
+            f"Expected {name} of shape {want} (batch, then the lengths it "
+            f"masks). Received: {name}.shape={shape}"
+        )
+
+
+def check_attention_masks(
+    query, key, query_mask=None, value_mask=None, attention_mask=None
+):
+    """Static shape checks of the masks given to an attention layer."""
+    b, tq, tv = query.shape[0], query.shape[1], key.shape[1]
+    check_mask("query_mask", query_mask, (b, tq))
+    check_mask("value_mask", value_mask, (b, tv))
+    check_mask("attention_mask", attention_mask, (b, tq, tv))
+
+
+def check_features(widths, **tensors):
+    """Raise when an input's rank or width differs from what was built.
+
+    `widths` maps an argument name to the last dimension the layer's
+    weights were built for (`build()` records it).
+    """
+    for name, tensor in tensors.items():
+        if tensor is None or name not in widths:
+            continue
+        shape = tuple(tensor.shape)
+        if len(shape) != 3 or shape[-1] not in (None, widths[name]):
+            raise ValueError(
+                f"Expected {name} of shape (batch, time, {widths[name]}): "
+                "the layer was built for that width. "
+                f"Received: {name}.shape={shape}"
+            )

@@ -8,7 +8,8 @@ import textwrap
 
 import keras
 import numpy as np
-import tensorflow as tf
+
+from tests.backend import gradients
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,16 +76,16 @@ def assert_model_round_trips(model, inputs, tmp_path, fresh_process=True):
 
 def assert_finite_gradients(layer, call):
     """Every trainable weight gets a finite, not-all-zero gradient."""
-    with tf.GradientTape() as tape:
-        out = call()
-        loss = tf.add_n(
-            [
-                tf.reduce_sum(tf.square(tf.cast(o, "float32")))
-                for o in _as_list(out)
-            ]
-            + list(layer.losses)
-        )
-    grads = tape.gradient(loss, layer.trainable_weights)
+    call()  # builds the layer
+
+    def loss():
+        terms = [
+            keras.ops.sum(keras.ops.square(keras.ops.cast(o, "float32")))
+            for o in _as_list(call())
+        ]
+        return sum(terms + list(layer.losses))
+
+    _, grads = gradients(loss, [], layer.trainable_weights)
     assert layer.trainable_weights, "layer has no trainable weights"
     for w, g in zip(layer.trainable_weights, grads, strict=True):
         assert g is not None, f"no gradient for {w.path}"

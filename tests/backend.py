@@ -1,0 +1,59 @@
+"""Gradients on any Keras backend, for the layer tests.
+
+`gradients(fn, inputs, variables)` returns the value of `fn(*inputs)` (a
+scalar) and its gradients with respect to `inputs` and `variables` (the
+layer's weights, built beforehand), all as NumPy arrays. TensorFlow uses a
+`GradientTape`, JAX `jax.grad` over a `keras.StatelessScope`, PyTorch
+autograd; the layers themselves only use `keras.ops`.
+"""
+
+import keras
+import numpy as np
+
+
+def _tf(fn, inputs, variables):
+    import tensorflow as tf
+
+    xs = [tf.constant(x) for x in inputs]
+    with tf.GradientTape() as tape:
+        tape.watch(xs)
+        loss = fn(*xs)
+    grads = tape.gradient(loss, xs + list(variables))
+    return loss, grads
+
+
+def _jax(fn, inputs, variables):
+    import jax
+
+    def f(values, xs):
+        mapping = list(zip(variables, values, strict=True))
+        with keras.StatelessScope(state_mapping=mapping, collect_losses=True):
+            return fn(*xs)
+
+    values = [v.value for v in variables]
+    xs = [jax.numpy.asarray(x) for x in inputs]
+    loss, (g_vars, g_xs) = jax.value_and_grad(f, argnums=(0, 1))(values, xs)
+    return loss, list(g_xs) + list(g_vars)
+
+
+def _torch(fn, inputs, variables):
+    import torch
+
+    xs = [torch.tensor(np.asarray(x), requires_grad=True) for x in inputs]
+    params = [v.value for v in variables]
+    loss = fn(*xs)
+    grads = torch.autograd.grad(
+        loss, xs + params, allow_unused=True, materialize_grads=True
+    )
+    return loss, list(grads)
+
+
+def gradients(fn, inputs, variables=()):
+    """`(loss, [d loss/d input..., d loss/d variable...])` as NumPy."""
+    backend = keras.backend.backend()
+    run = {"tensorflow": _tf, "jax": _jax, "torch": _torch}[backend]
+    loss, grads = run(fn, list(inputs), list(variables))
+    as_np = keras.ops.convert_to_numpy
+    return as_np(loss), [
+        None if g is None else np.asarray(as_np(g), "float32") for g in grads
+    ]
