@@ -49,6 +49,11 @@ class Attention(layers.Layer):
         bias_initializer: initializer of `b`. Defaults to `"zeros"`.
         kernel_regularizer: regularizer of the kernels. Defaults to `None`.
         bias_regularizer: regularizer of `b`. Defaults to `None`.
+        chunk_size: for `"additive"`, score this many queries at a time and
+            recompute each chunk in the backward pass, so the
+            `(B, Tq, Tk, units)` hidden tensor is never whole in memory
+            (see BENCHMARKS.md, figure 2). Same result. Defaults to `None`
+            (one block).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`...).
 
     Call arguments:
@@ -95,6 +100,7 @@ class Attention(layers.Layer):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
+        chunk_size=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -112,7 +118,9 @@ class Attention(layers.Layer):
         else:
             positive_int("rank", rank, allow_none=True)
         check_rate("dropout", dropout)
+        positive_int("chunk_size", chunk_size, allow_none=True)
         self.score = score
+        self.chunk_size = chunk_size
         self.units = units
         self.rank = rank
         self.use_bias = use_bias
@@ -195,6 +203,7 @@ class Attention(layers.Layer):
             self.key_kernel,
             self.score_kernel,
             self.bias,
+            chunk_size=self.chunk_size,
         )
 
     def call(
@@ -265,6 +274,7 @@ class Attention(layers.Layer):
             "rank": self.rank,
             "use_bias": self.use_bias,
             "dropout": self.dropout,
+            "chunk_size": self.chunk_size,
             "kernel_initializer": keras.initializers.serialize(
                 self.kernel_initializer
             ),

@@ -5,7 +5,10 @@ keras-attn                      classify built-in reviews with the shipped
                                 (runs the generated-task demo when no
                                 trained model is found)
 keras-attn demo                 train a tiny model on a generated task
+                                and, with a shipped translator, translate
+                                a few sentences and print one alignment
 keras-attn explain MODEL TEXT   write attention.html / attention.png
+keras-attn translate TEXT...    English to French with the shipped model
 """
 
 import argparse
@@ -23,6 +26,12 @@ SAMPLE_REVIEWS = [
     "the worst movie of the year.",
 ]
 PREFERRED_MODELS = ("imdb_ensemble", "imdb_ssa", "imdb_mhp")
+SAMPLE_SENTENCES = [
+    "I am tired.",
+    "Where is the station?",
+    "She is reading a book.",
+    "We have to leave now.",
+]
 
 
 def models_dir():
@@ -62,7 +71,64 @@ def _classify(args):
         words = ", ".join(w for w, _ in explain.top_tokens(result, 6))
         print(f"[{label} {p:.3f}] {result['text'][:90]}...")
         print(f"    attention picked: {words}\n")
+    translator = find_translator()
+    if translator and not args.text:
+        _print_translations(translator, SAMPLE_SENTENCES, alignment=True)
     return 0
+
+
+def find_translator():
+    path = os.path.join(models_dir(), "translation_en_fr", "saved_model")
+    found = os.path.isfile(os.path.join(path, "saved_model.pb"))
+    return path if found else None
+
+
+def _load_translator(path):
+    import tensorflow as tf
+
+    if os.path.isdir(os.path.join(path, "saved_model")):
+        path = os.path.join(path, "saved_model")
+    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+        raise ValueError(f"No SavedModel translator. Received: path={path!r}")
+    return tf.saved_model.load(path).signatures["translate"]
+
+
+def _tokens(row):
+    return [t.decode() for t in row if t]
+
+
+def _print_translations(path, texts, alignment=False):
+    """Translate `texts`; print the first one's alignment as a grid."""
+    import tensorflow as tf
+
+    out = _load_translator(path)(tf.constant(texts))
+    print(f"Translator: {path}\n")
+    for text, fr in zip(texts, out["translation"].numpy(), strict=True):
+        print(f"{text}  ->  {fr.decode()}")
+    if alignment:
+        src = _tokens(out["source_tokens"].numpy()[0])
+        tgt = _tokens(out["target_tokens"].numpy()[0])
+        att = out["attention"].numpy()[0]
+        print(f"\nAttention for {texts[0]!r} (weight x 10, rows French):")
+        width = max(len(w) for w in src) + 1
+        print(" " * 12 + "".join(w.rjust(width) for w in src))
+        for i, word in enumerate(tgt):
+            cells = "".join(
+                str(min(9, int(att[i, j] * 10))).rjust(width)
+                for j in range(len(src))
+            )
+            print(word[:11].ljust(12) + cells)
+    return 0
+
+
+def _translate(args):
+    path = args.model or find_translator()
+    if path is None:
+        raise ValueError(
+            f"No translator under {models_dir()}; train one with "
+            "examples/translation.py --out saved_models."
+        )
+    return _print_translations(path, args.text, alignment=args.alignment)
 
 
 def _demo(args):
@@ -147,12 +213,7 @@ def _align(args):
     import tensorflow as tf
 
     path = args.model
-    if os.path.isdir(os.path.join(path, "saved_model")):
-        path = os.path.join(path, "saved_model")
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
-        raise ValueError(f"No SavedModel translator at {args.model!r}.")
-    fn = tf.saved_model.load(path).signatures["translate"]
-    out = fn(tf.constant([args.text]))
+    out = _load_translator(path)(tf.constant([args.text]))
     src = [t.decode() for t in out["source_tokens"].numpy()[0] if t]
     tgt = [t.decode() for t in out["target_tokens"].numpy()[0] if t]
     att = out["attention"].numpy()[0][: len(tgt), : len(src)]
@@ -203,6 +264,13 @@ def build_parser():
         "--calibration", default=None, help="texts, one per line (int8)"
     )
     p.set_defaults(func=_export)
+    p = sub.add_parser("translate", help="English to French (shipped model)")
+    p.add_argument("text", nargs="+")
+    p.add_argument("--model", default=None, help="translator folder")
+    p.add_argument(
+        "--alignment", action="store_true", help="print the first alignment"
+    )
+    p.set_defaults(func=_translate)
     p = sub.add_parser("align", help="translation alignment heatmap (PNG)")
     p.add_argument("model", help="translator folder or its saved_model")
     p.add_argument("text")

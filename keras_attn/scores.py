@@ -7,6 +7,7 @@ passed in by the calling layer, which owns them. `keras.ops` only.
 
 import math
 
+import keras
 from keras import ops
 
 SCORES = ("dot", "scaled_dot", "general", "low_rank", "additive")
@@ -42,16 +43,43 @@ def low_rank_score(query, key, query_kernel, key_kernel):
 
 
 def additive_score(
-    query, key, query_kernel, key_kernel, score_kernel, bias=None
+    query,
+    key,
+    query_kernel,
+    key_kernel,
+    score_kernel,
+    bias=None,
+    chunk_size=None,
 ):
     """Bahdanau score `e_ij = vᵀ tanh(W₁ h_j + W₂ s_i + b)`.
 
     `key_kernel = W₁ᵀ` `(Dk, U)`, `query_kernel = W₂ᵀ` `(Dq, U)`,
     `score_kernel = v` `(U,)`, optional `bias = b` `(U,)`.
+
+    The hidden tensor is `(B, Tq, Tk, U)`. With `chunk_size`, queries are
+    scored `chunk_size` at a time and each chunk is rematerialized in the
+    backward pass (`keras.remat`), so at most `(B, chunk_size, Tk, U)` is
+    alive at once, in training too. Needs a static query length; the
+    result is the same.
     """
     w2s = ops.einsum("bqd,du->bqu", query, query_kernel)  # (B, Tq, U)
     w1h = ops.einsum("bkd,du->bku", key, key_kernel)  # (B, Tk, U)
-    hidden = w2s[:, :, None, :] + w1h[:, None, :, :]  # (B, Tq, Tk, U)
     if bias is not None:
-        hidden = hidden + bias
-    return ops.einsum("bqku,u->bqk", ops.tanh(hidden), score_kernel)
+        w1h = w1h + bias
+    # A computed tensor, not the variable itself: TF's recompute_grad (under
+    # keras.remat) would count a variable passed in as an argument twice.
+    v = ops.multiply(score_kernel, 1)  # (U,)
+    length = w2s.shape[1]
+    if chunk_size is None or length is None or length <= chunk_size:
+        return _additive_block(w2s, w1h, v)
+    block = keras.remat(_additive_block)
+    parts = [
+        block(w2s[:, i : i + chunk_size], w1h, v)
+        for i in range(0, length, chunk_size)
+    ]  # each (B, chunk, Tk)
+    return ops.concatenate(parts, axis=1)  # (B, Tq, Tk)
+
+
+def _additive_block(w2s, w1h, v):
+    hidden = w2s[:, :, None, :] + w1h[:, None, :, :]  # (B, Tq, Tk, U)
+    return ops.einsum("bqku,u->bqk", ops.tanh(hidden), v)

@@ -234,3 +234,44 @@ def test_invalid_inputs():
         make("dot")(q, RNG.normal(size=(2, 5, 3)).astype("float32"))
     with pytest.raises(ValueError, match="rank 3"):
         make("dot")(q[0], v[0])
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 4])
+def test_chunked_additive_equals_one_block(chunk_size):
+    q, v, _ = data(tq=5, tv=6)
+    vm = np.array([[1] * 6, [1, 1, 1, 0, 0, 0]], bool)
+    whole = keras_attn.AdditiveAttention(6)
+    chunked = keras_attn.AdditiveAttention(6, chunk_size=chunk_size)
+    whole(q, v)
+    chunked(q, v)
+    chunked.set_weights(whole.get_weights())
+    a_ctx, a_w = whole(q, v, value_mask=vm, return_attention_scores=True)
+    b_ctx, b_w = chunked(q, v, value_mask=vm, return_attention_scores=True)
+    np.testing.assert_allclose(b_ctx, a_ctx, atol=1e-6)
+    np.testing.assert_allclose(b_w, a_w, atol=1e-6)
+    np.testing.assert_allclose(b_w, np_softmax_masked(whole, q, v, vm), 1e-5)
+
+    def loss(layer):
+        def f(qt, vt):
+            ctx = layer(qt, vt, value_mask=vm)
+            return keras.ops.sum(keras.ops.square(ctx))
+
+        return f
+
+    _, g_whole = gradients(loss(whole), [q, v], whole.trainable_weights)
+    _, g_chunk = gradients(loss(chunked), [q, v], chunked.trainable_weights)
+    for a, b in zip(g_whole, g_chunk, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    assert chunked.get_config()["chunk_size"] == chunk_size
+
+
+def np_softmax_masked(layer, q, v, vm):
+    e = np_scores(layer, q, v)
+    e = np.where(vm[:, None, :], e, -np.inf)
+    e = np.exp(e - e.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_chunk_size_must_be_positive():
+    with pytest.raises(ValueError, match="chunk_size=0"):
+        keras_attn.AdditiveAttention(4, chunk_size=0)

@@ -106,3 +106,35 @@ def test_shipped_translator_easy_sentences():
         for want, g in zip(cases.values(), got, strict=True)
     ]
     assert sum(hits) >= 3, got
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "keras_attn", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+
+
+def test_translate_command_errors_cleanly_without_a_translator(tmp_path):
+    proc = _cli("translate", "--model", str(tmp_path), "Hello.")
+    assert proc.returncode == 2, proc.stderr[-1500:]
+    assert "keras-attn: error: No SavedModel translator" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(
+    not os.path.isdir(os.path.join(TRANSLATOR, "saved_model")),
+    reason="no translator shipped",
+)
+def test_translate_command_prints_translation_and_alignment():
+    proc = _cli("translate", "--alignment", "Thank you.", "I am tired.")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert "merci" in proc.stdout.lower()
+    # the alignment grid: one row per French token, digits 0-9
+    rows = [r for r in proc.stdout.splitlines() if r[:1].isalpha()]
+    assert any(r.split()[-1].isdigit() for r in rows), proc.stdout
