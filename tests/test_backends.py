@@ -32,7 +32,7 @@ LAYER_SUITE = [
 def test_layer_suite_passes_on_jax():
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
         + LAYER_SUITE,
         cwd=ROOT,
         env=env,
