@@ -39,13 +39,14 @@ def _jax(fn, inputs, variables):
 def _torch(fn, inputs, variables):
     import torch
 
-    xs = [torch.tensor(np.asarray(x), requires_grad=True) for x in inputs]
-    params = [v.value for v in variables]
-    loss = fn(*xs)
-    grads = torch.autograd.grad(
-        loss, xs + params, allow_unused=True, materialize_grads=True
-    )
-    return loss, list(grads)
+    with torch.enable_grad():
+        xs = [torch.tensor(np.asarray(x), requires_grad=True) for x in inputs]
+        params = [v.value for v in variables]
+        loss = fn(*xs)
+        grads = torch.autograd.grad(
+            loss, xs + params, allow_unused=True, materialize_grads=True
+        )
+    return loss.detach(), [g.detach() for g in grads]
 
 
 def gradients(fn, inputs, variables=()):
