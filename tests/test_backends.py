@@ -20,6 +20,7 @@ LAYER_SUITE = [
     "tests/test_multi_head_positional.py",
     "tests/test_positional.py",
     "tests/test_bad_input.py",
+    "tests/test_precision.py",
 ]
 
 
