@@ -30,7 +30,11 @@ ROWS = [
 
 def hop_overlap(model, texts):
     """Mean off-diagonal entry of A Aᵀ (0 = hops attend to disjoint words)."""
-    a = model.predict(np.asarray(texts, dtype=object), verbose=0)["attention"]
+    import tensorflow as tf
+
+    # tfds gives bytes; a tf.string tensor is what the model's
+    # TextVectorization takes (an object array of bytes is refused).
+    a = model.predict(tf.constant(list(texts)), verbose=0)["attention"]
     gram = np.einsum("brt,bst->brs", a, a)
     r = gram.shape[1]
     if r == 1:
