@@ -249,7 +249,8 @@ def test_chunked_additive_equals_one_block(chunk_size):
     b_ctx, b_w = chunked(q, v, value_mask=vm, return_attention_scores=True)
     np.testing.assert_allclose(b_ctx, a_ctx, atol=1e-6)
     np.testing.assert_allclose(b_w, a_w, atol=1e-6)
-    np.testing.assert_allclose(b_w, np_softmax_masked(whole, q, v, vm), 1e-5)
+    want_w = ltc.np_masked_softmax(np_scores(whole, q, v), vm[:, None, :])
+    np.testing.assert_allclose(b_w, want_w, 1e-5)
 
     def loss(layer):
         def f(qt, vt):
@@ -263,13 +264,6 @@ def test_chunked_additive_equals_one_block(chunk_size):
     for a, b in zip(g_whole, g_chunk, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
     assert chunked.get_config()["chunk_size"] == chunk_size
-
-
-def np_softmax_masked(layer, q, v, vm):
-    e = np_scores(layer, q, v)
-    e = np.where(vm[:, None, :], e, -np.inf)
-    e = np.exp(e - e.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
 
 
 def test_chunk_size_must_be_positive():
