@@ -61,12 +61,25 @@ def parse_args(argv=None):
     )
     p.add_argument("--bigram-tokens", type=int, default=200000)
     p.add_argument(
+        "--ngrams",
+        type=int,
+        default=2,
+        help="n-gram order of the NB-weighted linear model (1..n-grams)",
+    )
+    p.add_argument(
         "--nb-scale",
         type=float,
         default=0.5,
         help="initial bigram weights = scale × NB log-ratio",
     )
     p.add_argument("--bigram-epochs", type=int, default=4)
+    p.add_argument("--bigram-learning-rate", type=float, default=1e-3)
+    p.add_argument(
+        "--bigram-weight-decay",
+        type=float,
+        default=0.0,
+        help="AdamW weight decay of the n-gram model",
+    )
     p.add_argument("--patience", type=int, default=1)
     p.add_argument(
         "--limit",
@@ -276,7 +289,8 @@ def build_encoder(vocab_size, args, ours=True):
     return keras.Model(tokens, outputs, name=name)
 
 
-def make_bigram_vectorizer(texts, max_tokens):
+def make_bigram_vectorizer(texts, max_tokens, ngrams=2):
+    """1..n-gram presence features, as a sparse `(batch, max_tokens)`."""
     import keras
 
     from keras_attn.text import standardize_review
@@ -284,34 +298,79 @@ def make_bigram_vectorizer(texts, max_tokens):
     vectorizer = keras.layers.TextVectorization(
         max_tokens=max_tokens,
         standardize=standardize_review,
-        ngrams=2,
+        ngrams=ngrams,
         output_mode="multi_hot",
+        sparse=True,
         name="bigram_vectorizer",
     )
     vectorizer.adapt(texts, batch_size=1024)
     return vectorizer
 
 
+def sparse_feature_dataset(
+    vectorizer, texts, labels, batch_size, shuffle_seed=None, dropout=0.0
+):
+    """n-gram features computed once and kept in memory (sparse).
+
+    With a shuffle seed (training), each n-gram present in a review is
+    dropped with probability `dropout` and the rest scaled by
+    `1 / (1 - dropout)`: input dropout, done here because Keras' `Dropout`
+    has no sparse form. The model itself stays a plain `Dense`.
+    """
+    import tensorflow as tf
+
+    ds = (
+        tf.data.Dataset.from_tensor_slices((texts, labels))
+        .batch(1024)
+        .map(lambda x, y: (tf.cast(vectorizer(x), "float32"), y))
+        .cache()
+        .unbatch()
+    )
+    if shuffle_seed is None:
+        return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    ds = ds.shuffle(
+        len(texts), seed=shuffle_seed, reshuffle_each_iteration=True
+    )
+
+    def drop(x, y):
+        keep = tf.random.uniform(tf.shape(x.values)) >= dropout
+        x = tf.sparse.retain(x, keep)
+        return x * (1.0 / (1.0 - dropout)), y
+
+    ds = ds.batch(batch_size)
+    if dropout > 0:
+        ds = ds.map(drop)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
 def nb_log_count_ratio(vectorizer, texts, labels, alpha=1.0):
     """Naive-Bayes log-count ratio r (Wang & Manning 2012), per feature."""
+    import tensorflow as tf
+
     pos = np.zeros(vectorizer.vocabulary_size(), "float64") + alpha
     neg = pos.copy()
     for start in range(0, len(texts), 1024):
-        x = np.asarray(vectorizer(texts[start : start + 1024]))
-        y = labels[start : start + 1024] > 0.5
-        pos += x[y].sum(0)
-        neg += x[~y].sum(0)
+        x = tf.cast(vectorizer(texts[start : start + 1024]), "float32")
+        y = (labels[start : start + 1024] > 0.5).astype("float32")
+        both = np.stack([y, 1.0 - y], axis=1)  # (B, 2)
+        counts = tf.sparse.sparse_dense_matmul(x, both, adjoint_a=True)
+        counts = np.asarray(counts, "float64")  # (V, 2)
+        pos += counts[:, 0]
+        neg += counts[:, 1]
     return np.log((pos / pos.sum()) / (neg / neg.sum())).astype("float32")
 
 
 def build_bigram(vocab_size, ratio, args):
-    """Logistic regression on binary uni+bigram features, NB-initialized."""
+    """Logistic regression on binary 1..n-gram features, NB-initialized.
+
+    Regularized by input dropout in `sparse_feature_dataset` (and
+    optionally `--bigram-weight-decay`).
+    """
     import keras
 
-    features = keras.Input((vocab_size,), name="features")
-    x = keras.layers.Dropout(args.dropout)(features)
+    features = keras.Input((vocab_size,), sparse=True, name="features")
     dense = keras.layers.Dense(1, name="logit")
-    logit = dense(x)
+    logit = dense(features)
     prob = keras.layers.Activation("sigmoid", name="probability")(logit)
     model = keras.Model(features, {"probability": prob}, name="imdb_bigram")
     dense.kernel.assign(ratio[:, None] * args.nb_scale)
@@ -549,21 +608,25 @@ def main(argv=None):
             )
         elif name == "bigram":
             t0 = time.time()
-            big_vec = make_bigram_vectorizer(train_x, args.bigram_tokens)
+            big_vec = make_bigram_vectorizer(
+                train_x, args.bigram_tokens, args.ngrams
+            )
             ratio = nb_log_count_ratio(big_vec, train_x, train_y)
             model = build_bigram(big_vec.vocabulary_size(), ratio, args)
-            big_train = token_dataset(
+            big_train = sparse_feature_dataset(
                 big_vec,
                 train_x,
                 train_y,
                 args.batch_size,
-                shuffle_seed=args.seed,
+                args.seed,
+                dropout=args.dropout,
             )
-            big_val = token_dataset(big_vec, *data["val"], 256, cache=False)
+            big_val = sparse_feature_dataset(big_vec, *data["val"], 256)
             bigram_args = argparse.Namespace(
                 **{
                     **vars(args),
-                    "learning_rate": 1e-3,
+                    "learning_rate": args.bigram_learning_rate,
+                    "weight_decay": args.bigram_weight_decay,
                     "epochs": args.bigram_epochs,
                 }
             )

@@ -8,12 +8,28 @@ model is given as two callables:
   new_state, attention (B, S))`.
 
 Token ids: `start_id` begins every output, `end_id` ends it, 0 pads.
+`banned_ids` (e.g. the `[UNK]` id) are never emitted.
 """
 
 import tensorflow as tf
 
 
-def greedy_decode(encode, step, source, start_id, end_id, max_length):
+def ban(logits, banned_ids):
+    """`logits (..., V)` with the `banned_ids` columns set to -1e9."""
+    if not banned_ids:
+        return logits
+    vocab = tf.shape(logits)[-1]
+    banned = tf.constant(list(banned_ids), "int32")
+    hit = tf.reduce_any(
+        tf.equal(tf.range(vocab)[:, None], banned[None]), axis=-1
+    )  # (V,)
+    low = tf.cast(-1e9 if logits.dtype == tf.float32 else -6e4, logits.dtype)
+    return tf.where(hit, low, logits)
+
+
+def greedy_decode(
+    encode, step, source, start_id, end_id, max_length, banned_ids=()
+):
     """Argmax decoding. Returns `(ids (B, L), attention (B, L, S))`."""
     source = tf.cast(source, "int64")
     source_mask = tf.not_equal(source, 0)
@@ -25,6 +41,7 @@ def greedy_decode(encode, step, source, start_id, end_id, max_length):
     attn = tf.TensorArray(memory.dtype, size=max_length)
     for t in tf.range(max_length):
         logits, state, weights = step(prev, state, memory, source_mask)
+        logits = ban(logits, banned_ids)
         nxt = tf.argmax(logits, axis=-1, output_type="int64")
         nxt = tf.where(done, tf.zeros_like(nxt), nxt)
         ids = ids.write(t, nxt)
@@ -52,6 +69,7 @@ def beam_search(
     max_length,
     beam_width=4,
     length_penalty=0.6,
+    banned_ids=(),
 ):
     """Beam search with the GNMT length penalty `((5 + len) / 6) ** α`.
 
@@ -84,7 +102,8 @@ def beam_search(
             ]
         )
         logits, new_state, weights = step(prev, state, memory, source_mask)
-        logp = tf.nn.log_softmax(tf.cast(logits, "float32"))  # (B*K, V)
+        logits = ban(tf.cast(logits, "float32"), banned_ids)
+        logp = tf.nn.log_softmax(logits)  # (B*K, V)
         vocab = tf.shape(logp)[-1]
         logp = tf.reshape(logp, [batch, k, vocab])
         # A finished beam only extends with padding, at no cost.

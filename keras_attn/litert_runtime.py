@@ -147,6 +147,10 @@ class LiteRTTranslator:
         self.start = self.target_vocab.index("[start]")
         self.end = self.target_vocab.index("[end]")
         self.max_length = max_length
+        # Never emit the unknown-word token (as the SavedModel does).
+        self.banned = [
+            i for i, t in enumerate(self.target_vocab) if t == "[UNK]"
+        ]
 
     def source_ids(self, text):
         ids = np.zeros((1, self.length), "int32")
@@ -168,7 +172,9 @@ class LiteRTTranslator:
                 memory=memory,
                 memory_mask=mask,
             )
-            prev = int(np.argmax(res["logits"][0]))
+            logits = np.array(res["logits"][0], "float32")
+            logits[self.banned] = -np.inf
+            prev = int(np.argmax(logits))
             state = res["state"]
             if prev == self.end:
                 break

@@ -171,11 +171,12 @@ class StructuredSelfAttention(layers.Layer):
         check_features(self._widths, inputs=inputs)
         check_mask("mask", mask, tuple(inputs.shape[:2]))
         hidden = ops.cast(inputs, self.compute_dtype)  # (B, T, D)
-        x = ops.einsum("btd,du->btu", hidden, self.hidden_kernel)  # (B,T,U)
+        # Plain matmuls, as Dense uses (see BENCHMARKS.md, figure 1).
+        x = ops.matmul(hidden, self.hidden_kernel)  # (B, T, U)
         if self.hidden_bias is not None:
             x = x + self.hidden_bias
-        logits = ops.einsum("btu,ur->brt", ops.tanh(x), self.hop_kernel)
-        # logits: (B, r, T)
+        logits = ops.matmul(ops.tanh(x), self.hop_kernel)  # (B, T, r)
+        logits = ops.transpose(logits, (0, 2, 1))  # (B, r, T)
         hop_mask = None
         if mask is not None:
             hop_mask = ops.cast(mask, "bool")[:, None, :]  # (B, 1, T)
@@ -184,7 +185,7 @@ class StructuredSelfAttention(layers.Layer):
             penalty = ops.mean(frobenius_penalty(weights))
             self.add_loss(self.penalty_coefficient * penalty)
         dropped = self.dropout_layer(weights, training=training)
-        outputs = ops.einsum("brt,btd->brd", dropped, hidden)  # (B, r, D)
+        outputs = ops.matmul(dropped, hidden)  # (B, r, D)
         if return_attention_scores:
             return outputs, weights
         return outputs

@@ -47,3 +47,20 @@ def test_beam_width_one_is_greedy():
     g, _ = run(decoding.greedy_decode)
     b, _ = run(decoding.beam_search, beam_width=1, length_penalty=0.0)
     np.testing.assert_array_equal(b, g)
+
+
+def test_banned_token_is_never_emitted():
+    # Banning "a" (greedy's first pick) makes both searches start with "b".
+    for fn in (decoding.greedy_decode, decoding.beam_search):
+        ids, _ = run(fn, banned_ids=(3,))
+        assert not np.any(ids == 3), fn.__name__
+        np.testing.assert_array_equal(ids[:, :2], [[4, 2], [4, 2]])
+
+
+def test_ban_sets_only_the_banned_columns():
+    logits = tf.constant([[0.5, 2.0, -1.0, 3.0]])
+    out = np.asarray(decoding.ban(logits, (1, 3)))
+    np.testing.assert_array_equal(out[0, [0, 2]], [0.5, -1.0])
+    assert np.all(out[0, [1, 3]] <= -1e8)
+    half = np.asarray(decoding.ban(tf.cast(logits, "float16"), (1,)))
+    assert np.isfinite(half).all() and half[0, 1] < -1e4
