@@ -143,6 +143,9 @@ def main(argv=None):
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--jit", choices=["both", "off", "on"], default="both")
+    p.add_argument(
+        "--only", default=None, help="run the pairs whose name contains this"
+    )
     p.add_argument("--out", default="benchmarks/results/layer_speed.json")
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -153,6 +156,8 @@ def main(argv=None):
             rng.normal(size=(args.batch, seq, args.width)).astype("float32")
         )
         for name, (make_a, make_b, kind) in make_pairs(args.width).items():
+            if args.only and args.only not in name:
+                continue
             if "Additive" in name and seq > 256:
                 # (B, T, T, units) floats: 16 GiB at T=1024 for both.
                 rows.append(

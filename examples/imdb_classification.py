@@ -42,6 +42,12 @@ def parse_args(argv=None):
         default=["ssa"],
         choices=["ssa", "mhp", "baseline", "bigram", "ensemble"],
     )
+    p.add_argument(
+        "--ssa-model",
+        default=None,
+        help="a trained ssa text model (.keras) to use instead of training "
+        "one (e.g. saved_models/imdb_ssa/model.keras for the ensemble)",
+    )
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-tokens", type=int, default=30000)
@@ -74,6 +80,12 @@ def parse_args(argv=None):
     )
     p.add_argument("--bigram-epochs", type=int, default=4)
     p.add_argument("--bigram-learning-rate", type=float, default=1e-3)
+    p.add_argument(
+        "--bigram-dropout",
+        type=float,
+        default=None,
+        help="input dropout of the n-gram model (default: --dropout)",
+    )
     p.add_argument(
         "--bigram-weight-decay",
         type=float,
@@ -377,15 +389,13 @@ def build_bigram(vocab_size, ratio, args):
     return model
 
 
-def build_ensemble(
-    seq_vectorizer, seq_model, bigram_vectorizer, bigram_model, weight
-):
-    """Raw text → sigmoid(w·logit(p_attention) + (1−w)·logit(p_bigram))."""
+def build_ensemble(seq_text_model, bigram_vectorizer, bigram_model, weight):
+    """Raw text → sigmoid(w·logit(p_attention) + (1−w)·logit(p_ngram))."""
     import keras
     from keras import ops
 
     text = keras.Input((), dtype="string", name="text")
-    seq_out = seq_model(seq_vectorizer(text))
+    seq_out = seq_text_model(text)
     big_out = bigram_model(bigram_vectorizer(text))
 
     def logit(p):
@@ -594,7 +604,17 @@ def main(argv=None):
     )
     for name in wanted:
         keras.utils.set_random_seed(args.seed)
-        if name in builders:
+        if name == "ssa" and args.ssa_model:
+            import keras_attn  # noqa: F401  (registers the layers)
+
+            text_model = keras.saving.load_model(args.ssa_model)
+            _, val_probs, _ = accuracy(text_model, val_text)
+            with open(
+                os.path.join(os.path.dirname(args.ssa_model), "metrics.json")
+            ) as f:
+                wall = json.load(f)["train_wall_time_s"]
+            trained["ssa"] = (text_model, val_probs, wall)
+        elif name in builders:
             with scope:
                 model = builders[name]()
                 wall, history = train_model(model, train_ds, val_ds, args)
@@ -619,7 +639,9 @@ def main(argv=None):
                 train_y,
                 args.batch_size,
                 args.seed,
-                dropout=args.dropout,
+                dropout=args.dropout
+                if args.bigram_dropout is None
+                else args.bigram_dropout,
             )
             big_val = sparse_feature_dataset(big_vec, *data["val"], 256)
             bigram_args = argparse.Namespace(
@@ -646,7 +668,7 @@ def main(argv=None):
             )
             big_vec, big_model = trained["bigram_parts"]
             model = build_ensemble(
-                vectorizer, trained["ssa_tokens"], big_vec, big_model, weight
+                trained["ssa"][0], big_vec, big_model, weight
             )
             wall = trained["ssa"][2] + trained["bigram"][2]
             record(
@@ -655,7 +677,11 @@ def main(argv=None):
                 wall,
                 {},
                 vectorizer,
-                {"ensemble_weight_ssa": weight, "members": ["ssa", "bigram"]},
+                {
+                    "ensemble_weight_ssa": weight,
+                    "members": ["ssa", "bigram"],
+                    "ssa_model": args.ssa_model or "trained in this run",
+                },
             )
     return results
 

@@ -75,6 +75,51 @@ def test_main_tiny_slice_and_artifacts(tmp_path):
     )
     assert got["attention"].shape == (2, 2, 48)
 
+    # The ensemble can reuse a trained ssa model instead of training one.
+    ssa_path = tmp_path / "imdb_ssa" / "model.keras"
+    again = ex.main(
+        [
+            "--model",
+            "ensemble",
+            "--ssa-model",
+            str(ssa_path),
+            "--limit",
+            "300",
+            "--length",
+            "48",
+            "--ngrams",
+            "3",
+            "--bigram-tokens",
+            "2000",
+            "--bigram-epochs",
+            "1",
+            "--no-test",
+            "--verbose",
+            "0",
+        ]
+    )
+    assert set(again) == {"bigram", "ensemble"}
+    assert again["ensemble"]["ssa_model"] == str(ssa_path)
+
+
+def test_sparse_input_dropout_drops_and_rescales():
+    import imdb_classification as ex
+    import keras
+
+    vec = keras.layers.TextVectorization(
+        output_mode="multi_hot", sparse=True, ngrams=2
+    )
+    texts = np.array(["a b c d e f g h i j"] * 64, dtype=object)
+    vec.adapt(texts)
+    labels = np.zeros(64, "float32")
+    (x, _), *_ = ex.sparse_feature_dataset(vec, texts, labels, 64, 0, 0.5)
+    values = np.asarray(x.values)
+    np.testing.assert_allclose(values, 2.0)  # kept features scaled by 2
+    full = 64 * 19  # 10 unigrams + 9 bigrams per text
+    assert 0.4 < len(values) / full < 0.6  # about half dropped
+    (v, _), *_ = ex.sparse_feature_dataset(vec, texts, labels, 64)
+    assert len(v.values) == full and np.all(np.asarray(v.values) == 1.0)
+
 
 @needs_data
 def test_explain_cli_writes_html_and_png(tmp_path):
