@@ -171,7 +171,8 @@ class StructuredSelfAttention(layers.Layer):
         check_features(self._widths, inputs=inputs)
         check_mask("mask", mask, tuple(inputs.shape[:2]))
         hidden = ops.cast(inputs, self.compute_dtype)  # (B, T, D)
-        # Plain matmuls, as Dense uses (see BENCHMARKS.md, figure 1).
+        # matmul, not einsum: TensorFlow's einsum made the training step
+        # 3-15% slower here (benchmarks/ssa_einsum_vs_matmul.py).
         x = ops.matmul(hidden, self.hidden_kernel)  # (B, T, U)
         if self.hidden_bias is not None:
             x = x + self.hidden_bias
