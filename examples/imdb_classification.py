@@ -58,6 +58,12 @@ def parse_args(argv=None):
     p.add_argument("--num-hops", type=int, default=8)
     p.add_argument("--penalty", type=float, default=0.1)
     p.add_argument("--dropout", type=float, default=0.3)
+    p.add_argument(
+        "--word-dropout",
+        type=float,
+        default=0.0,
+        help="ssa: drop whole word vectors with this rate while training",
+    )
     p.add_argument("--learning-rate", type=float, default=2e-3)
     p.add_argument(
         "--weight-decay",
@@ -217,6 +223,11 @@ def build_ssa(vocab_size, args):
         tokens
     )
     x = keras.layers.SpatialDropout1D(args.dropout / 2)(x)
+    if args.word_dropout:
+        # One draw per (review, position): whole words vanish.
+        x = keras.layers.Dropout(
+            args.word_dropout, noise_shape=(None, None, 1), name="word_drop"
+        )(x)
     x = keras.layers.Bidirectional(
         keras.layers.LSTM(args.lstm_units, return_sequences=True)
     )(x)
