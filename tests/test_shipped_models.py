@@ -108,6 +108,27 @@ def test_shipped_translator_easy_sentences():
     assert sum(hits) >= 3, got
 
 
+@pytest.mark.skipif(
+    not os.path.isfile(os.path.join(TRANSLATOR, "model.tflite")),
+    reason="no LiteRT translator shipped",
+)
+def test_shipped_litert_translator_matches_the_saved_model():
+    import tensorflow as tf
+
+    from keras_attn.litert_runtime import LiteRTTranslator
+
+    sentences = ["I am tired.", "Thank you.", "Where is the station?"]
+    greedy = tf.saved_model.load(
+        os.path.join(TRANSLATOR, "saved_model")
+    ).signatures["translate_greedy"]
+    want = [
+        t.decode()
+        for t in greedy(tf.constant(sentences))["translation"].numpy()
+    ]
+    lite = LiteRTTranslator(os.path.join(TRANSLATOR, "model.tflite"))
+    assert [lite.translate(s) for s in sentences] == want
+
+
 def _cli(*args):
     import subprocess
     import sys
