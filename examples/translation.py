@@ -212,13 +212,14 @@ def build_models(src_vocab, tgt_vocab, args):
     norm = keras.layers.LayerNormalization(name="norm")
     if args.tie_embeddings:
         # W_y = Eᵀ P (Press & Wolf 2017): half the decoder's weights.
-        project = keras.Sequential(
-            [
-                keras.layers.Dense(e, use_bias=False, name="P"),
-                TiedOutput(tgt_embed, name="E_T"),
-            ],
-            name="W_y",
-        )
+        # Two layers, not a Sequential: a Sequential would drop the target
+        # mask, and the loss would then be averaged over padding too.
+        p_layer = keras.layers.Dense(e, use_bias=False, name="P")
+        tied = TiedOutput(tgt_embed, name="W_y")
+
+        def project(x):
+            return tied(p_layer(x))
+
     else:
         project = keras.layers.Dense(tgt_vocab, name="W_y")
     drop = keras.layers.Dropout(args.dropout)
