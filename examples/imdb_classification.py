@@ -629,7 +629,6 @@ def main(argv=None):
             with scope:
                 model = builders[name]()
                 wall, history = train_model(model, train_ds, val_ds, args)
-            trained[name + "_tokens"] = model
             record(
                 name,
                 end_to_end(vectorizer, model),
