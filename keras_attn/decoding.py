@@ -15,16 +15,13 @@ import tensorflow as tf
 
 
 def ban(logits, banned_ids):
-    """`logits (..., V)` with the `banned_ids` columns set to -1e9."""
+    """`logits (..., V)` as float32, `banned_ids` columns set to -1e9."""
+    logits = tf.cast(logits, "float32")
     if not banned_ids:
         return logits
     vocab = tf.shape(logits)[-1]
-    banned = tf.constant(list(banned_ids), "int32")
-    hit = tf.reduce_any(
-        tf.equal(tf.range(vocab)[:, None], banned[None]), axis=-1
-    )  # (V,)
-    low = tf.cast(-1e9 if logits.dtype == tf.float32 else -6e4, logits.dtype)
-    return tf.where(hit, low, logits)
+    hit = tf.reduce_max(tf.one_hot(list(banned_ids), vocab), axis=0) > 0
+    return tf.where(hit, -1e9, logits)  # hit: (V,)
 
 
 def greedy_decode(
@@ -102,8 +99,7 @@ def beam_search(
             ]
         )
         logits, new_state, weights = step(prev, state, memory, source_mask)
-        logits = ban(tf.cast(logits, "float32"), banned_ids)
-        logp = tf.nn.log_softmax(logits)  # (B*K, V)
+        logp = tf.nn.log_softmax(ban(logits, banned_ids))  # (B*K, V)
         vocab = tf.shape(logp)[-1]
         logp = tf.reshape(logp, [batch, k, vocab])
         # A finished beam only extends with padding, at no cost.
