@@ -35,6 +35,13 @@ def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("folder")
     p.add_argument("--reps", type=int, default=30)
+    p.add_argument(
+        "--test-reviews",
+        type=int,
+        default=0,
+        help="also time Keras predict and LiteRT (1 thread) one review at "
+        "a time over this many IMDB test reviews (tfds; real lengths)",
+    )
     p.add_argument("--out", default="benchmarks/results/inference_latency.json")
     args = p.parse_args(argv)
     model = keras.models.load_model(os.path.join(args.folder, "model.keras"))
@@ -87,6 +94,11 @@ def main(argv=None):
             f"{name:28s} {med * 1e3:9.2f} ms  x{base / med:6.2f}  "
             f"{throughput[name]:8.1f} reviews/s"
         )
+    per_review = (
+        time_real_reviews(paths, args.test_reviews)
+        if args.test_reviews
+        else None
+    )
     meta = {
         "command": "python -m benchmarks.inference_latency "
         + " ".join(argv or []),
@@ -98,7 +110,58 @@ def main(argv=None):
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=2)
+        json.dump(
+            {"meta": meta, "rows": rows, "real_reviews": per_review},
+            f,
+            indent=2,
+        )
+
+
+def time_real_reviews(paths, n, seed=0):
+    """Mean batch-1 time per review over `n` random IMDB test reviews.
+
+    Real reviews vary in length (a variable-length LiteRT model runs each
+    at its own length), so one fixed review can flatter or hide that. The
+    paths are interleaved per review.
+    """
+    import tensorflow_datasets as tfds
+
+    texts = tfds.load(
+        "imdb_reviews", split="test", batch_size=-1, as_supervised=True
+    )[0].numpy()
+    rng = np.random.default_rng(seed)
+    sample = [
+        t.decode("utf-8") for t in texts[rng.permutation(len(texts))[:n]]
+    ]
+    chosen = {
+        k: f
+        for k, f in paths.items()
+        if k == "keras predict" or (k.startswith("LiteRT") and "1 thread" in k)
+    }
+    times = {k: [] for k in chosen}
+    for text in sample:
+        one = np.array([text], dtype=object)
+        for name, f in chosen.items():
+            start = time.perf_counter()
+            f(one)
+            times[name].append(time.perf_counter() - start)
+    base = np.mean(times["keras predict"])
+    words = [len(t.split()) for t in sample]
+    out = {
+        "reviews": n,
+        "words_median": float(np.median(words)),
+        "words_max": int(max(words)),
+        "mean_ms": {k: float(np.mean(v) * 1e3) for k, v in times.items()},
+        "speedup_vs_keras_predict": {
+            k: float(base / np.mean(v)) for k, v in times.items()
+        },
+    }
+    for name in chosen:
+        print(
+            f"{n} test reviews, {name:24s} mean {out['mean_ms'][name]:8.2f} "
+            f"ms/review  x{out['speedup_vs_keras_predict'][name]:6.2f}"
+        )
+    return out
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 Layers (self-attention, batch 1, width 128, float32, TensorFlow, CPU):
 
-- `MultiHeadPositional` (4 heads, no positions) on its fused path
-  (`keras.ops.dot_product_attention`, no weights returned);
+- `MultiHeadPositional` (4 heads, no positions) forced onto
+  `keras.ops.dot_product_attention` (no weights returned; on TensorFlow
+  the layer itself takes its explicit path, see `benchmarks.mhp_paths`);
 - the same layer asked for its weights (explicit softmax path);
 - `AdditiveAttention(128)` in one block: a `(B, T, T, units)` hidden tensor;
 - `AdditiveAttention(128, chunk_size=64)`: 64 queries at a time, each chunk
@@ -55,6 +56,8 @@ kind, t, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 W, U, H, B = {width}, {units}, {heads}, {batch}
 if kind.startswith("mhp"):
     layer = keras_attn.MultiHeadPositional(H, W // H, position=None)
+    if kind == "mhp_fused":
+        layer._fused_backends = (*layer._fused_backends, "tensorflow")
 elif kind == "additive":
     layer = keras_attn.AdditiveAttention(U)
 else:

@@ -98,6 +98,27 @@ def parse_args(argv=None):
         default=0.0,
         help="AdamW weight decay of the n-gram model",
     )
+    p.add_argument(
+        "--bucket",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ssa: batch reviews of similar length, each batch cut to its "
+        "longest review (the same math under the mask, fewer LSTM steps)",
+    )
+    p.add_argument(
+        "--ema",
+        type=float,
+        default=0.0,
+        help="keep an exponential moving average of the weights with this "
+        "momentum (e.g. 0.99), validate and ship it (0: off)",
+    )
+    p.add_argument(
+        "--adversarial",
+        type=float,
+        default=0.0,
+        help="ssa: adversarial training on the word vectors (Miyato et "
+        "al. 2017) with this perturbation norm per review (0: off)",
+    )
     p.add_argument("--patience", type=int, default=1)
     p.add_argument(
         "--limit",
@@ -106,6 +127,19 @@ def parse_args(argv=None):
         help="use only this many train and test reviews",
     )
     p.add_argument("--val-fraction", type=float, default=0.1)
+    p.add_argument(
+        "--val-split",
+        choices=["random", "movies"],
+        default="random",
+        help="random reviews of train, or whole movies held out (the test "
+        "split's movies are disjoint from train's; needs --imdb-archive)",
+    )
+    p.add_argument(
+        "--imdb-archive",
+        default=os.environ.get("IMDB_ARCHIVE"),
+        help="aclImdb tarball, for --val-split movies (default: "
+        "$IMDB_ARCHIVE)",
+    )
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument(
         "--no-test",
@@ -127,8 +161,81 @@ def parse_args(argv=None):
 
 
 # -- data ---------------------------------------------------------------
-def load_imdb(data_dir=None, limit=None, val_fraction=0.1, seed=1337):
-    """Train/validation/test arrays of (texts, labels) from tfds."""
+def review_ids(archive):
+    """{review text: (label, id)} of the `train` reviews of an aclImdb tarball.
+
+    In the official `aclImdb` layout (`train/pos/<id>_<rating>.txt`), the
+    reviews of one movie have consecutive ids (the order of the dataset's
+    `urls_pos.txt` / `urls_neg.txt`), which tfds does not keep.
+    """
+    import re
+    import tarfile
+
+    pattern = re.compile(r"aclImdb/train/(pos|neg)/(\d+)_\d+\.txt$")
+    ids = {}
+    with tarfile.open(archive) as tar:
+        for member in tar:
+            match = pattern.search(member.name)
+            if match:
+                text = tar.extractfile(member).read()
+                ids[text] = (int(match.group(1) == "pos"), int(match.group(2)))
+    return ids
+
+
+def movie_split(train_x, train_y, archive, val_fraction):
+    """Validation = the last `val_fraction` of ids in each class.
+
+    Consecutive ids share a movie, so these reviews' movies are (but for
+    the one movie at each boundary) absent from training within that
+    class; a movie can still have reviews of the other class in training.
+    """
+    ids = review_ids(archive)
+    found = [ids.get(bytes(t)) for t in train_x]
+    missing = sum(f is None for f in found)
+    if missing:
+        raise ValueError(
+            f"Expected every tfds train review in archive={archive!r}. "
+            f"Received an archive missing {missing} of {len(train_x)}."
+        )
+    per_class = {
+        c: 1 + max(i for (k, i) in found if k == c) for c in (0, 1)
+    }
+    in_val = np.array(
+        [i >= per_class[k] * (1 - val_fraction) for (k, i) in found]
+    )
+    labels = np.array([k for (k, _) in found], dtype="float32")
+    if not np.array_equal(labels, train_y):
+        raise ValueError(
+            "Expected the archive's labels to match tfds. Received "
+            f"{int((labels != train_y).sum())} differing labels."
+        )
+    return np.flatnonzero(in_val), np.flatnonzero(~in_val)
+
+
+def load_imdb(
+    data_dir=None,
+    limit=None,
+    val_fraction=0.1,
+    seed=1337,
+    val_split="random",
+    archive=None,
+):
+    """Train/validation/test arrays of (texts, labels) from tfds.
+
+    `val_split="random"` carves a seeded random validation set from
+    `train`; `"movies"` holds out whole movies (needs the aclImdb tarball,
+    `archive`, for the review ids tfds drops).
+    """
+    if val_split not in ("random", "movies"):
+        raise ValueError(
+            "Expected val_split to be 'random' or 'movies'. "
+            f"Received: val_split={val_split!r}"
+        )
+    if val_split == "movies" and not (archive and os.path.exists(archive)):
+        raise ValueError(
+            "val_split='movies' needs the aclImdb tarball for the review "
+            f"ids. Received: archive={archive!r}"
+        )
     try:
         import tensorflow_datasets as tfds
 
@@ -154,12 +261,19 @@ def load_imdb(data_dir=None, limit=None, val_fraction=0.1, seed=1337):
         ) from err
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(train_x))
+    if val_split == "movies":
+        val, train = movie_split(train_x, train_y, archive, val_fraction)
+        train = rng.permutation(train)
+        if limit:
+            val, train = val[: limit // 10], train[:limit]
+    else:
+        if limit:
+            order = order[:limit]
+        n_val = int(len(order) * val_fraction)
+        val, train = order[:n_val], order[n_val:]
     if limit:
-        order = order[:limit]
         keep = rng.permutation(len(test_x))[:limit]
         test_x, test_y = test_x[keep], test_y[keep]
-    n_val = int(len(order) * val_fraction)
-    val, train = order[:n_val], order[n_val:]
     return {
         "train": (train_x[train], train_y[train]),
         "val": (train_x[val], train_y[val]),
@@ -201,6 +315,64 @@ def token_dataset(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
+def bucketed_dataset(
+    vectorizer, texts, labels, batch_size, shuffle_seed=None, pool=50
+):
+    """Batches of reviews of similar length, cut to the longest in each.
+
+    Reviews are vectorized once. Each pass shuffles them (when a seed is
+    given), sorts each pool of `pool` batches by length, and shuffles the
+    batches, so a batch of short reviews costs only its own length in LSTM
+    steps. Padding is masked, so the model computes what it would on the
+    full padded length.
+    """
+    import tensorflow as tf
+
+    tokens = np.concatenate(
+        [
+            np.asarray(vectorizer(texts[i : i + 2048]))
+            for i in range(0, len(texts), 2048)
+        ]
+    )  # (N, length), 0 = padding (right)
+    lengths = np.maximum(1, (tokens != 0).sum(axis=1))
+    labels = np.asarray(labels, dtype="float32")
+    passes = [0]
+
+    def batches():
+        if shuffle_seed is None:
+            order = np.argsort(lengths, kind="stable")
+        else:
+            rng = np.random.default_rng(shuffle_seed + passes[0])
+            passes[0] += 1
+            order = rng.permutation(len(tokens))
+            chunk = batch_size * pool
+            order = np.concatenate(
+                [
+                    part[np.argsort(lengths[part], kind="stable")]
+                    for part in np.split(
+                        order, range(chunk, len(order), chunk)
+                    )
+                ]
+            )
+        groups = np.split(order, range(batch_size, len(order), batch_size))
+        if shuffle_seed is not None:
+            groups = [groups[i] for i in rng.permutation(len(groups))]
+        for idx in groups:
+            yield tokens[idx, : lengths[idx].max()], labels[idx]
+
+    ds = tf.data.Dataset.from_generator(
+        batches,
+        output_signature=(
+            tf.TensorSpec((None, None), tf.int64),
+            tf.TensorSpec((None,), tf.float32),
+        ),
+    )
+    n_batches = -(-len(tokens) // batch_size)
+    return ds.apply(tf.data.experimental.assert_cardinality(n_batches)).prefetch(
+        tf.data.AUTOTUNE
+    )
+
+
 # -- models -------------------------------------------------------------
 def _classifier_head(x, args, name_prefix=""):
     import keras
@@ -212,13 +384,18 @@ def _classifier_head(x, args, name_prefix=""):
     return keras.layers.Dense(1, activation="sigmoid", name="probability")(x)
 
 
-def build_ssa(vocab_size, args):
-    """Embedding → BiLSTM → StructuredSelfAttention → MLP (Lin et al.)."""
+def build_ssa(vocab_size, args, length="args"):
+    """Embedding → BiLSTM → StructuredSelfAttention → MLP (Lin et al.).
+
+    `length=None` builds the same model for batches of any length (training
+    on length buckets); the shipped model has the static `args.length`.
+    """
     import keras
 
     from keras_attn import StructuredSelfAttention
 
-    tokens = keras.Input((args.length,), dtype="int64", name="tokens")
+    length = args.length if length == "args" else length
+    tokens = keras.Input((length,), dtype="int64", name="tokens")
     x = keras.layers.Embedding(vocab_size, args.embed_dim, mask_zero=True)(
         tokens
     )
@@ -439,18 +616,80 @@ def best_weight(p_seq, p_big, labels):
 
 
 # -- training -----------------------------------------------------------
+def adversarial_trainer(inputs, outputs, epsilon):
+    """A functional model whose training step adds an adversarial loss.
+
+    Each step also computes the loss with the embedding rows moved by
+    `r = epsilon·sqrt(B)·g/‖g‖` (`g`: the gradient of the loss with respect
+    to the embedding matrix, so the perturbation norm per review is about
+    `epsilon`), and descends on the sum of both losses (Goodfellow et al.
+    2015; Miyato et al. 2017 on word vectors). The looked-up rows are what
+    move, so this perturbs the word vectors of the batch. TensorFlow only.
+    """
+    import keras
+    import tensorflow as tf
+
+    class AdversarialTrainer(keras.Model):
+        def train_step(self, data):
+            x, y = data
+            table = next(
+                layer.embeddings
+                for layer in self.layers
+                if isinstance(layer, keras.layers.Embedding)
+            )
+            weights = self.trainable_weights
+            with tf.GradientTape() as tape:
+                y_pred = self(x, training=True)
+                loss = self._compute_loss(
+                    x=x, y=y, y_pred=y_pred, training=True
+                )
+            grads = tape.gradient(loss, weights)
+            g = tf.convert_to_tensor(
+                grads[next(i for i, w in enumerate(weights) if w is table)]
+            )  # (V, E), zero outside the batch's words
+            batch = tf.cast(tf.shape(y)[0], g.dtype)
+            r = epsilon * tf.sqrt(batch) * g / (tf.norm(g) + 1e-12)
+            table.assign_add(tf.stop_gradient(r))
+            with tf.GradientTape() as tape:
+                adv_loss = self._compute_loss(
+                    x=x, y=y, y_pred=self(x, training=True), training=True
+                )
+            adv_grads = tape.gradient(adv_loss, weights)
+            table.assign_sub(r)
+            self._loss_tracker.update_state(loss, sample_weight=batch)
+            self.optimizer.apply_gradients(
+                zip(
+                    [
+                        tf.convert_to_tensor(a) + tf.convert_to_tensor(b)
+                        for a, b in zip(grads, adv_grads)
+                    ],
+                    weights,
+                )
+            )
+            return self.compute_metrics(x, y, y_pred, sample_weight=None)
+
+    return AdversarialTrainer(inputs, outputs)
+
+
 def train_model(model, train_ds, val_ds, args):
     import keras
 
     # Train through a single-output view of the model (same layers), so
     # that Keras reports accuracy for the probability head.
-    trainer = keras.Model(model.input, model.output["probability"])
+    epsilon = getattr(args, "adversarial", 0.0)
+    trainer = (
+        adversarial_trainer(model.input, model.output["probability"], epsilon)
+        if epsilon
+        else keras.Model(model.input, model.output["probability"])
+    )
+    ema = getattr(args, "ema", 0.0)
+    options = dict(clipnorm=1.0, use_ema=bool(ema), ema_momentum=ema or 0.99)
     trainer.compile(
         optimizer=keras.optimizers.AdamW(
-            args.learning_rate, weight_decay=args.weight_decay, clipnorm=1.0
+            args.learning_rate, weight_decay=args.weight_decay, **options
         )
         if args.weight_decay
-        else keras.optimizers.Adam(args.learning_rate, clipnorm=1.0),
+        else keras.optimizers.Adam(args.learning_rate, **options),
         loss="binary_crossentropy",
         metrics=["accuracy"],
     )
@@ -462,12 +701,19 @@ def train_model(model, train_ds, val_ds, args):
         patience=args.patience,
         restore_best_weights=True,
     )
+    # With EMA, validate (and keep as best) the averaged weights: the swap
+    # must come before EarlyStopping in the list.
+    callbacks = (
+        [keras.callbacks.SwapEMAWeights(swap_on_epoch=True), stop]
+        if ema
+        else [stop]
+    )
     start = time.time()
     history = trainer.fit(
         train_ds,
         validation_data=val_ds,
         epochs=args.epochs,
-        callbacks=[stop],
+        callbacks=callbacks,
         verbose=args.verbose,
     )
     return time.time() - start, history.history
@@ -533,7 +779,14 @@ def main(argv=None):
 
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
-    data = load_imdb(args.data_dir, args.limit, args.val_fraction, args.seed)
+    data = load_imdb(
+        args.data_dir,
+        args.limit,
+        args.val_fraction,
+        args.seed,
+        args.val_split,
+        args.imdb_archive,
+    )
     train_x, train_y = data["train"]
     val_text = text_dataset(*data["val"])
     test_text = text_dataset(*data["test"])
@@ -548,6 +801,13 @@ def main(argv=None):
         vectorizer, train_x, train_y, args.batch_size, shuffle_seed=args.seed
     )
     val_ds = token_dataset(vectorizer, *data["val"], 256)
+    if args.bucket and "ssa" in wanted and not args.ssa_model:
+        t0 = time.time()
+        bucket_train = bucketed_dataset(
+            vectorizer, train_x, train_y, args.batch_size, args.seed
+        )
+        bucket_val = bucketed_dataset(vectorizer, *data["val"], 256)
+        vec_time += time.time() - t0
     builders = {
         "ssa": lambda: build_ssa(vectorizer.vocabulary_size(), args),
         "mhp": lambda: build_encoder(vectorizer.vocabulary_size(), args, True),
@@ -565,14 +825,18 @@ def main(argv=None):
             "split": {
                 "train": len(train_x),
                 "validation": len(data["val"][0]),
-                "validation_from": "train, seeded permutation",
+                "validation_from": "train, seeded permutation"
+                if args.val_split == "random"
+                else "train, whole movies held out: the last "
+                f"{args.val_fraction:.0%} of review ids in each class",
                 "test": len(data["test"][0]),
                 "seed": args.seed,
             },
             "hyperparameters": {
                 k: v
                 for k, v in vars(args).items()
-                if k not in ("model", "out", "verbose", "data_dir", "tag")
+                if k
+                not in ("model", "out", "verbose", "data_dir", "tag", "imdb_archive")
             },
             "epochs_run": len(history.get("loss", [])),
             "history": {
@@ -625,6 +889,22 @@ def main(argv=None):
             ) as f:
                 wall = json.load(f)["train_wall_time_s"]
             trained["ssa"] = (text_model, val_probs, wall)
+        elif name == "ssa" and args.bucket:
+            with scope:
+                vocab = vectorizer.vocabulary_size()
+                trainable = build_ssa(vocab, args, length=None)
+                wall, history = train_model(
+                    trainable, bucket_train, bucket_val, args
+                )
+                model = build_ssa(vocab, args)  # static length, for export
+                model.set_weights(trainable.get_weights())
+            record(
+                name,
+                end_to_end(vectorizer, model),
+                wall + vec_time,
+                history,
+                vectorizer,
+            )
         elif name in builders:
             with scope:
                 model = builders[name]()

@@ -59,6 +59,13 @@ def main(argv=None):
         help="evaluate the variants not shipped on this many "
         "test reviews only (to save time)",
     )
+    p.add_argument(
+        "--dynamic-length",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="LiteRT files with a variable time axis (each review runs at "
+        "its own length); full-integer int8 stays static (unrolled)",
+    )
     args = p.parse_args(argv)
 
     model = keras.models.load_model(os.path.join(args.folder, "model.keras"))
@@ -81,7 +88,11 @@ def main(argv=None):
             path = os.path.join(tmp, f"model_{quantize}.tflite")
             start = time.time()
             export.export_text_tflite(
-                model, path, quantize=quantize, calibration_texts=calib
+                model,
+                path,
+                quantize=quantize,
+                calibration_texts=calib,
+                dynamic_length=args.dynamic_length and quantize != "int8",
             )
             convert_s = time.time() - start
             clf = LiteRTClassifier(path)
@@ -92,6 +103,14 @@ def main(argv=None):
             eval_s = time.time() - start
             probs = out["probability"][:, 0]
             n = args.parity_reviews
+            attention = out["attention"][:n]
+            width = keras_out["attention"].shape[-1]
+            # A variable-length model returns as many columns as the
+            # longest review; the static model's extra ones are padding (0).
+            attention = np.pad(
+                attention,
+                [(0, 0), (0, 0), (0, width - attention.shape[-1])],
+            )
             report[quantize] = {
                 "size_bytes": os.path.getsize(path),
                 "ops": export.tflite_op_names(path),
@@ -99,9 +118,7 @@ def main(argv=None):
                     np.abs(probs[:n] - keras_out["probability"][:n, 0]).max()
                 ),
                 "max_abs_diff_attention": float(
-                    np.abs(
-                        out["attention"][:n] - keras_out["attention"][:n]
-                    ).max()
+                    np.abs(attention - keras_out["attention"][:n]).max()
                 ),
                 "test_accuracy": float(
                     np.mean((probs > 0.5) == (test_y[:n_eval] > 0.5))

@@ -183,6 +183,17 @@ def litert_ready(model):
     return copy
 
 
+def with_dynamic_length(model):
+    """A copy of a one-input token model whose time axis is `None`."""
+    import keras
+
+    (spec,) = model.inputs
+    tokens = keras.Input((None,), dtype=spec.dtype, name="tokens")
+    copy = keras.models.clone_model(model, input_tensors=tokens)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 def has_rnn(model):
     """Whether `model` (or a sub-model) holds a recurrent layer."""
     import keras
@@ -201,6 +212,7 @@ def convert_tflite(
     representative_data=None,
     batch_size=1,
     unroll=None,
+    dynamic_length=False,
 ):
     """Convert a token-id model to LiteRT flatbuffer bytes, builtin ops only.
 
@@ -218,6 +230,11 @@ def convert_tflite(
             calibrator does not run `WHILE` bodies (it crashed in TF 2.21),
             so `"int8"` unrolls, which stores one quantized copy of the
             RNN weights per step.
+        dynamic_length: give the LiteRT model a variable time axis,
+            `tokens` of shape `(batch_size, -1)`: feed each review's own
+            tokens and a recurrent model runs only that many steps (the
+            model cuts inputs longer than its static length, as the
+            vectorizer did). Not with unrolling (nor `"int8"`).
     """
     import tensorflow as tf
 
@@ -238,13 +255,30 @@ def convert_tflite(
         )
     if unroll is None:
         unroll = quantize == "int8" and has_rnn(model)
+    if dynamic_length and batch_size != 1:
+        raise ValueError(
+            "dynamic_length=True exports batch 1 (one review at its own "
+            f"length). Received: batch_size={batch_size}"
+        )
+    if dynamic_length and unroll:
+        raise ValueError(
+            "dynamic_length=True needs a rolled model: unrolling (done for "
+            'quantize="int8") fixes the length. Received: '
+            f"quantize={quantize!r}, unroll={unroll!r}"
+        )
     ready = litert_ready(model) if unroll else model
     length = model.inputs[0].shape[1]
-    spec = tf.TensorSpec((batch_size, length), tf.int32, name="tokens")
+    if dynamic_length:
+        ready = with_dynamic_length(model)
+    spec = tf.TensorSpec(
+        (batch_size, None if dynamic_length else length),
+        tf.int32,
+        name="tokens",
+    )
 
     @tf.function(input_signature=[spec])
     def serve(tokens):
-        out = ready(tokens, training=False)
+        out = ready(tokens[:, :length], training=False)
         return out if isinstance(out, dict) else {"output_0": out}
 
     frozen = _freeze(serve)
@@ -329,12 +363,18 @@ def write_vocabulary(vectorizer, path):
 
 
 def export_text_tflite(
-    text_model, path, quantize="none", calibration_texts=None, batch_size=1
+    text_model,
+    path,
+    quantize="none",
+    calibration_texts=None,
+    batch_size=1,
+    dynamic_length=False,
 ):
     """LiteRT model for a raw-text model, plus `vocabulary.txt` beside it.
 
     The `TextVectorization` step stays outside (strings are not builtin
     LiteRT tensors); `keras_attn.litert_runtime` tokenizes the same way.
+    `dynamic_length`: see `convert_tflite`.
     """
     vectorizer, token_model = split_text_model(text_model)
     representative = None
@@ -353,6 +393,7 @@ def export_text_tflite(
         quantize=quantize,
         representative_data=representative,
         batch_size=batch_size,
+        dynamic_length=dynamic_length,
     )
     vocab = os.path.join(
         os.path.dirname(os.path.abspath(path)), "vocabulary.txt"

@@ -32,13 +32,23 @@ def read_vocabulary(path):
 
 
 class Tokenizer:
-    """Text → fixed-length token ids, as the exported model expects."""
+    """Text → token ids, as the exported model expects: fixed-length rows,
+    or (`length=None`) one array per text of its own length."""
 
     def __init__(self, vocabulary, length):
         self.index = {tok: i for i, tok in enumerate(vocabulary) if i > 1}
         self.length = length
 
     def __call__(self, texts):
+        if self.length is None:  # each review's own tokens (at least one)
+            return [
+                np.array(
+                    [self.index.get(t, 1) for t in standardize(text).split()]
+                    or [0],
+                    "int32",
+                )
+                for text in texts
+            ]
         ids = np.zeros((len(texts), self.length), "int32")
         for row, text in enumerate(texts):
             tokens = standardize(text).split()[: self.length]
@@ -82,10 +92,36 @@ class LiteRTClassifier:
             ) from err
         (spec,) = self.runner.get_input_details().values()
         self.batch_size, length = spec["shape"]
-        self.tokenizer = Tokenizer(read_vocabulary(vocabulary_path), length)
+        # A model exported with `dynamic_length=True` has a -1 time axis: it
+        # takes each review's own tokens (and cuts them at its length).
+        self.dynamic = int(spec["shape_signature"][1]) == -1
+        self.tokenizer = Tokenizer(
+            read_vocabulary(vocabulary_path), None if self.dynamic else length
+        )
+
+    def _predict_each(self, rows):
+        """Variable-length rows one at a time; outputs padded with zeros
+        on their last axis to the widest (the attention's time axis)."""
+        outs = [self.runner(tokens=row[None]) for row in rows]
+        stacked = {}
+        for name in outs[0]:
+            width = max(o[name].shape[-1] for o in outs)
+            stacked[name] = np.concatenate(
+                [
+                    np.pad(
+                        o[name],
+                        [(0, 0)] * (o[name].ndim - 1)
+                        + [(0, width - o[name].shape[-1])],
+                    )
+                    for o in outs
+                ]
+            )
+        return stacked
 
     def predict_ids(self, ids):
         """Run batches of token ids; returns a dict of stacked outputs."""
+        if self.dynamic:
+            return self._predict_each(ids)
         outputs = {}
         for start in range(0, len(ids), self.batch_size):
             chunk = ids[start : start + self.batch_size]

@@ -81,7 +81,9 @@ class MultiHeadPositional(layers.Layer):
         `(B, Tq, output_dim)`; rows with no key to attend to (masked query,
         or every key masked) are zeros, never NaN. The query mask is
         propagated. Without scores requested and without active dropout
-        the layer uses the fused `keras.ops.dot_product_attention`.
+        the layer uses the fused `keras.ops.dot_product_attention` on JAX
+        and PyTorch; on TensorFlow, which has no fused kernel for it, the
+        explicit einsum path (scaled query, masked softmax, einsum).
 
     Example:
 
@@ -93,6 +95,9 @@ class MultiHeadPositional(layers.Layer):
     References:
         - [Vaswani et al. 2017](https://arxiv.org/abs/1706.03762)
     """
+
+    # Backends on which `keras.ops.dot_product_attention` is worth taking.
+    _fused_backends = ("jax", "torch")
 
     def __init__(
         self,
@@ -324,8 +329,14 @@ class MultiHeadPositional(layers.Layer):
         scale = 1.0 / math.sqrt(self.key_dim)
         dropout_active = self.dropout > 0 and bool(training)
         weights = None
-        # The fused op needs value heads as wide as key heads on JAX.
-        fusable = (self.value_dim or self.key_dim) == self.key_dim
+        # The fused op needs value heads as wide as key heads on JAX. On
+        # TensorFlow it has no fused kernel: it runs the same two einsums as
+        # the explicit path but scales the (B, H, Tq, Tv) logits instead of
+        # q, which is slower (benchmarks/mhp_paths.py), so TF takes the
+        # explicit path.
+        fusable = (
+            self.value_dim or self.key_dim
+        ) == self.key_dim and keras.backend.backend() in self._fused_backends
         if return_attention_scores or dropout_active or not fusable:
             logits = ops.einsum(
                 "bqhk,bvhk->bhqv", q * ops.cast(scale, dtype), k

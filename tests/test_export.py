@@ -191,6 +191,42 @@ def test_litert_every_quantization(
         assert os.path.getsize(path) <= 0.3 * os.path.getsize(f32)
 
 
+@pytest.mark.parametrize("quantize", ["none", "dynamic"])
+def test_litert_dynamic_length_equals_static_model(
+    text_model, quantize, tmp_path
+):
+    path = str(tmp_path / "model.tflite")
+    export.export_text_tflite(
+        text_model, path, quantize=quantize, dynamic_length=True
+    )
+    ops = export.tflite_op_names(path)
+    assert not [op for op in ops if "FLEX" in op.upper() or op == "CUSTOM"]
+    clf = litert_runtime.LiteRTClassifier(path)
+    assert clf.dynamic
+    texts = [*TEXTS, ""]
+    lengths = {len(ids) for ids in clf.tokenizer(texts)}
+    assert min(lengths) == 1 and max(lengths) > LENGTH  # cut by the model
+    got = clf.predict(texts)
+    want = text_model.predict(as_batch(texts), verbose=0)
+    tol = {"none": 1e-4, "dynamic": 2e-2}[quantize]
+    assert got["attention"].shape == want["attention"].shape
+    for k in ("probability", "attention"):
+        assert np.abs(got[k] - want[k]).max() <= tol, k
+
+
+def test_litert_dynamic_length_refuses_fixed_length_settings(text_model):
+    _, token_model = export.split_text_model(text_model)
+    with pytest.raises(ValueError, match="needs a rolled model"):
+        export.convert_tflite(
+            token_model,
+            quantize="int8",
+            representative_data=np.ones((2, LENGTH)),
+            dynamic_length=True,
+        )
+    with pytest.raises(ValueError, match="Received: batch_size=4"):
+        export.convert_tflite(token_model, batch_size=4, dynamic_length=True)
+
+
 def test_unrolled_bidirectional_matches_rolled_with_padding():
     x = RNG.normal(size=(3, 9, 4)).astype("float32")
     inp = keras.Input((9, 4))

@@ -185,3 +185,135 @@ def test_cli_errors_cleanly_on_bad_model(tmp_path):
         assert proc.returncode == 2
         assert "keras-attn: error:" in proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def _length_vectorizer(n=50, length=12, seed=0):
+    import keras
+
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(30)]
+    texts = np.array(
+        [
+            " ".join(rng.choice(words, size=rng.integers(1, 16)))
+            for _ in range(n)
+        ],
+        dtype=object,
+    )
+    vec = keras.layers.TextVectorization(output_sequence_length=length)
+    vec.adapt(texts)
+    return vec, texts
+
+
+def test_bucketed_batches_cover_each_review_once_trimmed():
+    import imdb_classification as ex
+
+    vec, texts = _length_vectorizer()
+    full = np.asarray(vec(texts))  # (50, 12)
+    ids = np.arange(len(texts), dtype="float32")  # labels carry the row
+    ds = ex.bucketed_dataset(vec, texts, ids, 8, shuffle_seed=3)
+    passes = []
+    for _ in range(2):
+        seen = []
+        for x, y in ds:
+            x, rows = np.asarray(x), np.asarray(y).astype(int)
+            lengths = (full[rows] != 0).sum(axis=1)
+            assert x.shape[1] == lengths.max()  # cut to the longest
+            np.testing.assert_array_equal(x, full[rows, : x.shape[1]])
+            seen.extend(rows)
+        assert sorted(seen) == list(range(len(texts)))
+        passes.append(seen)
+    assert passes[0] != passes[1]  # reshuffled on every pass
+
+
+def test_ssa_trained_on_buckets_equals_static_model():
+    import imdb_classification as ex
+
+    args = ex.parse_args(
+        "--length 12 --embed-dim 8 --lstm-units 4 --attention-units 4 "
+        "--num-hops 2".split()
+    )
+    vec, texts = _length_vectorizer()
+    dynamic = ex.build_ssa(vec.vocabulary_size(), args, length=None)
+    static = ex.build_ssa(vec.vocabulary_size(), args)
+    static.set_weights(dynamic.get_weights())
+    full = np.asarray(vec(texts[:6]))
+    cut = full[:, : max(1, int((full != 0).sum(axis=1).max()))]
+    got = dynamic(cut)["probability"]
+    want = static(full)["probability"]
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def _fake_archive(path, per_class=10):
+    import io
+    import tarfile
+
+    texts = {}
+    with tarfile.open(path, "w:gz") as tar:
+        for label in ("pos", "neg"):
+            for i in range(per_class):
+                text = f"{label} review {i} about movie {i // 2}".encode()
+                info = tarfile.TarInfo(f"aclImdb/train/{label}/{i}_7.txt")
+                info.size = len(text)
+                tar.addfile(info, io.BytesIO(text))
+                texts[text] = (int(label == "pos"), i)
+    return texts
+
+
+def test_movie_split_holds_out_the_last_ids_of_each_class(tmp_path):
+    import imdb_classification as ex
+
+    archive = tmp_path / "aclImdb.tar.gz"
+    texts = _fake_archive(archive)
+    train_x = np.array(list(texts), dtype=object)
+    train_y = np.array([texts[t][0] for t in train_x], "float32")
+    val, train = ex.movie_split(train_x, train_y, str(archive), 0.2)
+    held = sorted((texts[t][0], texts[t][1]) for t in train_x[val])
+    assert held == [(0, 8), (0, 9), (1, 8), (1, 9)]  # ids 8, 9: movie 4
+    assert len(train) == 16 and not set(val) & set(train)
+
+    with pytest.raises(ValueError, match="missing 1 of 21"):
+        ex.movie_split(
+            np.append(train_x, b"not in the archive"),
+            np.append(train_y, 0.0),
+            str(archive),
+            0.2,
+        )
+    with pytest.raises(ValueError, match="val_split='movies' needs"):
+        ex.load_imdb(val_split="movies", archive=None, data_dir=str(tmp_path))
+
+
+def test_adversarial_step_sums_both_losses_and_restores_vectors():
+    import imdb_classification as ex
+    import keras
+
+    def build():
+        keras.utils.set_random_seed(0)
+        tokens = keras.Input((6,), dtype="int64")
+        x = keras.layers.Embedding(20, 4, mask_zero=True)(tokens)
+        x = keras.layers.GlobalAveragePooling1D()(x)
+        return tokens, keras.layers.Dense(1, activation="sigmoid")(x)
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(1, 20, size=(8, 6))
+    y = rng.integers(0, 2, size=(8,)).astype("float32")
+
+    def step(model, lr):
+        model.compile(keras.optimizers.SGD(lr), "binary_crossentropy")
+        before = [w.numpy() for w in model.trainable_weights]
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+        after = [w.numpy() for w in model.trainable_weights]
+        return [a - b for a, b in zip(after, before)]
+
+    plain = step(keras.Model(*build()), 0.1)
+    # epsilon 0: the adversarial loss equals the clean one, so the step is
+    # exactly twice the plain step.
+    doubled = step(ex.adversarial_trainer(*build(), 0.0), 0.1)
+    for p, d in zip(plain, doubled):
+        np.testing.assert_allclose(d, 2 * p, atol=1e-6)
+    moved = step(ex.adversarial_trainer(*build(), 1.0), 0.1)
+    assert not np.allclose(moved[0], doubled[0], atol=1e-6)
+    # No update: the perturbation is taken back (up to float rounding;
+    # the perturbation itself is of the order of the vectors).
+    frozen = step(ex.adversarial_trainer(*build(), 1.0), 0.0)
+    for f in frozen:
+        np.testing.assert_allclose(f, 0.0, atol=1e-6)

@@ -83,6 +83,28 @@ def test_matches_numpy_reference(position, ff):
     np.testing.assert_allclose(fused, want, atol=1e-4)
 
 
+def test_fused_op_path_equals_explicit_path():
+    # TensorFlow takes the explicit path; JAX/torch the fused op. Force the
+    # fused op on the current backend and compare both, masks included.
+    class Fused(keras_attn.MultiHeadPositional):
+        _fused_backends = ("jax", "torch", "tensorflow")
+
+    x, mem = x_data(t=5), x_data(t=7)
+    qm = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], bool)
+    vm = np.array([[1] * 7, [1, 1, 0, 0, 0, 0, 0]], bool)
+    explicit = keras_attn.MultiHeadPositional(3, 4, max_length=9)
+    fused = Fused(3, 4, max_length=9)
+    explicit(x, mem)
+    fused(x, mem)
+    fused.set_weights(explicit.get_weights())
+    want, _ = explicit(
+        x, mem, query_mask=qm, value_mask=vm, return_attention_scores=True
+    )
+    for layer in (explicit, fused):
+        got = layer(x, mem, query_mask=qm, value_mask=vm)
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 @pytest.mark.parametrize("value_dim", [3, 4])
 def test_equals_keras_multi_head_attention(value_dim):
     if value_dim != 3 and keras.backend.backend() == "jax":
