@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 
 import numpy as np
@@ -101,7 +102,7 @@ def main(argv=None):
     )
     meta = {
         "command": "python -m benchmarks.inference_latency "
-        + " ".join(argv or []),
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
         "tensorflow": tf.__version__,
@@ -130,9 +131,7 @@ def time_real_reviews(paths, n, seed=0):
         "imdb_reviews", split="test", batch_size=-1, as_supervised=True
     )[0].numpy()
     rng = np.random.default_rng(seed)
-    sample = [
-        t.decode("utf-8") for t in texts[rng.permutation(len(texts))[:n]]
-    ]
+    sample = [t.decode("utf-8") for t in texts[rng.permutation(len(texts))[:n]]]
     chosen = {
         k: f
         for k, f in paths.items()

@@ -22,11 +22,12 @@ import collections
 import json
 import os
 import re
+import sys
 
+import keras
 import numpy as np
 import tensorflow as tf
 
-import keras
 import keras_attn
 from benchmarks.layer_speed import step_fn, time_pair
 
@@ -86,9 +87,7 @@ def main(argv=None):
                     flush=True,
                 )
     x = tf.constant(
-        rng.normal(size=(args.batch, args.seq[0], args.width)).astype(
-            "float32"
-        )
+        rng.normal(size=(args.batch, args.seq[0], args.width)).astype("float32")
     )
     counts = {
         "ours": hlo_opcodes(ours(), x),
@@ -110,7 +109,7 @@ def main(argv=None):
         json.dump(
             {
                 "command": "python -m benchmarks.mhp_paths "
-                + " ".join(argv or []),
+                + " ".join(sys.argv[1:] if argv is None else argv),
                 "tensorflow": tf.__version__,
                 "keras": keras.__version__,
                 "rows": rows,

@@ -159,7 +159,8 @@ def main(argv=None):
             rows.append(row)
             print(json.dumps(row), flush=True)
     meta = {
-        "command": "python -m benchmarks.scaling " + " ".join(argv or []),
+        "command": "python -m benchmarks.scaling "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
         "tensorflow": tf.__version__,

@@ -137,8 +137,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--imdb-archive",
         default=os.environ.get("IMDB_ARCHIVE"),
-        help="aclImdb tarball, for --val-split movies (default: "
-        "$IMDB_ARCHIVE)",
+        help="aclImdb tarball, for --val-split movies (default: $IMDB_ARCHIVE)",
     )
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument(
@@ -197,9 +196,7 @@ def movie_split(train_x, train_y, archive, val_fraction):
             f"Expected every tfds train review in archive={archive!r}. "
             f"Received an archive missing {missing} of {len(train_x)}."
         )
-    per_class = {
-        c: 1 + max(i for (k, i) in found if k == c) for c in (0, 1)
-    }
+    per_class = {c: 1 + max(i for (k, i) in found if k == c) for c in (0, 1)}
     in_val = np.array(
         [i >= per_class[k] * (1 - val_fraction) for (k, i) in found]
     )
@@ -349,9 +346,7 @@ def bucketed_dataset(
             order = np.concatenate(
                 [
                     part[np.argsort(lengths[part], kind="stable")]
-                    for part in np.split(
-                        order, range(chunk, len(order), chunk)
-                    )
+                    for part in np.split(order, range(chunk, len(order), chunk))
                 ]
             )
         groups = np.split(order, range(batch_size, len(order), batch_size))
@@ -368,9 +363,9 @@ def bucketed_dataset(
         ),
     )
     n_batches = -(-len(tokens) // batch_size)
-    return ds.apply(tf.data.experimental.assert_cardinality(n_batches)).prefetch(
-        tf.data.AUTOTUNE
-    )
+    return ds.apply(
+        tf.data.experimental.assert_cardinality(n_batches)
+    ).prefetch(tf.data.AUTOTUNE)
 
 
 # -- models -------------------------------------------------------------
@@ -661,9 +656,10 @@ def adversarial_trainer(inputs, outputs, epsilon):
                 zip(
                     [
                         tf.convert_to_tensor(a) + tf.convert_to_tensor(b)
-                        for a, b in zip(grads, adv_grads)
+                        for a, b in zip(grads, adv_grads, strict=True)
                     ],
                     weights,
+                    strict=True,
                 )
             )
             return self.compute_metrics(x, y, y_pred, sample_weight=None)
@@ -836,7 +832,14 @@ def main(argv=None):
                 k: v
                 for k, v in vars(args).items()
                 if k
-                not in ("model", "out", "verbose", "data_dir", "tag", "imdb_archive")
+                not in (
+                    "model",
+                    "out",
+                    "verbose",
+                    "data_dir",
+                    "tag",
+                    "imdb_archive",
+                )
             },
             "epochs_run": len(history.get("loss", [])),
             "history": {

@@ -168,7 +168,11 @@ def _export(args):
     if args.tflite:
         texts = _read_lines(args.calibration) if args.calibration else None
         export.export_text_tflite(
-            model, args.tflite, quantize=args.quantize, calibration_texts=texts
+            model,
+            args.tflite,
+            quantize=args.quantize,
+            calibration_texts=texts,
+            dynamic_length=args.dynamic_length,
         )
         size = os.path.getsize(args.tflite) / 2**20
         print(f"wrote LiteRT {args.tflite} ({args.quantize}, {size:.2f} MiB)")
@@ -262,6 +266,12 @@ def build_parser():
     )
     p.add_argument(
         "--calibration", default=None, help="texts, one per line (int8)"
+    )
+    p.add_argument(
+        "--dynamic-length",
+        action="store_true",
+        help="LiteRT input of variable length: each text runs at its own "
+        "length (recurrent models get faster; not with int8)",
     )
     p.set_defaults(func=_export)
     p = sub.add_parser("translate", help="English to French (shipped model)")

@@ -302,13 +302,13 @@ def test_adversarial_step_sums_both_losses_and_restores_vectors():
         before = [w.numpy() for w in model.trainable_weights]
         model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
         after = [w.numpy() for w in model.trainable_weights]
-        return [a - b for a, b in zip(after, before)]
+        return [a - b for a, b in zip(after, before, strict=True)]
 
     plain = step(keras.Model(*build()), 0.1)
     # epsilon 0: the adversarial loss equals the clean one, so the step is
     # exactly twice the plain step.
     doubled = step(ex.adversarial_trainer(*build(), 0.0), 0.1)
-    for p, d in zip(plain, doubled):
+    for p, d in zip(plain, doubled, strict=True):
         np.testing.assert_allclose(d, 2 * p, atol=1e-6)
     moved = step(ex.adversarial_trainer(*build(), 1.0), 0.1)
     assert not np.allclose(moved[0], doubled[0], atol=1e-6)
