@@ -103,6 +103,8 @@ class LiteRTClassifier:
         """Variable-length rows one at a time; outputs padded with zeros
         on their last axis to the widest (the attention's time axis)."""
         outs = [self.runner(tokens=row[None]) for row in rows]
+        if not outs:  # no texts: no outputs, as the fixed-length path
+            return {}
         stacked = {}
         for name in outs[0]:
             width = max(o[name].shape[-1] for o in outs)
