@@ -379,18 +379,13 @@ def _classifier_head(x, args, name_prefix=""):
     return keras.layers.Dense(1, activation="sigmoid", name="probability")(x)
 
 
-def build_ssa(vocab_size, args, length="args"):
-    """Embedding → BiLSTM → StructuredSelfAttention → MLP (Lin et al.).
-
-    `length=None` builds the same model for batches of any length (training
-    on length buckets); the shipped model has the static `args.length`.
-    """
+def build_ssa(vocab_size, args):
+    """Embedding → BiLSTM → StructuredSelfAttention → MLP (Lin et al.)."""
     import keras
 
     from keras_attn import StructuredSelfAttention
 
-    length = args.length if length == "args" else length
-    tokens = keras.Input((length,), dtype="int64", name="tokens")
+    tokens = keras.Input((args.length,), dtype="int64", name="tokens")
     x = keras.layers.Embedding(vocab_size, args.embed_dim, mask_zero=True)(
         tokens
     )
@@ -773,6 +768,8 @@ def main(argv=None):
     import keras
     import tensorflow as tf
 
+    from keras_attn.export import with_dynamic_length
+
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
     data = load_imdb(
@@ -892,26 +889,19 @@ def main(argv=None):
             ) as f:
                 wall = json.load(f)["train_wall_time_s"]
             trained["ssa"] = (text_model, val_probs, wall)
-        elif name == "ssa" and args.bucket:
-            with scope:
-                vocab = vectorizer.vocabulary_size()
-                trainable = build_ssa(vocab, args, length=None)
-                wall, history = train_model(
-                    trainable, bucket_train, bucket_val, args
-                )
-                model = build_ssa(vocab, args)  # static length, for export
-                model.set_weights(trainable.get_weights())
-            record(
-                name,
-                end_to_end(vectorizer, model),
-                wall + vec_time,
-                history,
-                vectorizer,
-            )
         elif name in builders:
             with scope:
-                model = builders[name]()
-                wall, history = train_model(model, train_ds, val_ds, args)
+                model = builders[name]()  # static length, for export
+                if name == "ssa" and args.bucket:
+                    # Train a variable-length copy on the length buckets,
+                    # then give the static model its weights.
+                    trainable = with_dynamic_length(model)
+                    wall, history = train_model(
+                        trainable, bucket_train, bucket_val, args
+                    )
+                    model.set_weights(trainable.get_weights())
+                else:
+                    wall, history = train_model(model, train_ds, val_ds, args)
             record(
                 name,
                 end_to_end(vectorizer, model),

@@ -266,10 +266,11 @@ def convert_tflite(
             'quantize="int8") fixes the length. Received: '
             f"quantize={quantize!r}, unroll={unroll!r}"
         )
-    ready = litert_ready(model) if unroll else model
-    length = model.inputs[0].shape[1]
     if dynamic_length:
         ready = with_dynamic_length(model)
+    else:
+        ready = litert_ready(model) if unroll else model
+    length = model.inputs[0].shape[1]
     spec = tf.TensorSpec(
         (batch_size, None if dynamic_length else length),
         tf.int32,

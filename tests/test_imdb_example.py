@@ -232,10 +232,11 @@ def test_ssa_trained_on_buckets_equals_static_model():
         "--length 12 --embed-dim 8 --lstm-units 4 --attention-units 4 "
         "--num-hops 2".split()
     )
+    from keras_attn.export import with_dynamic_length
+
     vec, texts = _length_vectorizer()
-    dynamic = ex.build_ssa(vec.vocabulary_size(), args, length=None)
     static = ex.build_ssa(vec.vocabulary_size(), args)
-    static.set_weights(dynamic.get_weights())
+    dynamic = with_dynamic_length(static)
     full = np.asarray(vec(texts[:6]))
     cut = full[:, : max(1, int((full != 0).sum(axis=1).max()))]
     got = dynamic(cut)["probability"]
