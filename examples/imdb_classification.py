@@ -71,6 +71,13 @@ def parse_args(argv=None):
         default=0.0,
         help="AdamW decoupled weight decay (0: plain Adam)",
     )
+    p.add_argument(
+        "--bigram-embed",
+        type=int,
+        default=0,
+        help="ssa: add a learned vector for each (word, next word) pair, "
+        "hashed into this many buckets (0: off)",
+    )
     p.add_argument("--bigram-tokens", type=int, default=200000)
     p.add_argument(
         "--ngrams",
@@ -379,6 +386,21 @@ def _classifier_head(x, args, name_prefix=""):
     return keras.layers.Dense(1, activation="sigmoid", name="probability")(x)
 
 
+def bigram_ids(tokens, vocab_size, buckets):
+    """Each position's (word, next word) pair hashed into `[1, buckets)`.
+
+    0 where either word is padding. Integer arithmetic only (multiply,
+    modulo), so it runs in LiteRT's builtin ops and at any length.
+    """
+    from keras import ops
+
+    # tokens: (B, T) → next: (B, T), the last position paired with padding.
+    nxt = ops.pad(tokens[:, 1:], [[0, 0], [0, 1]])
+    pair = tokens * vocab_size + nxt
+    ids = ops.mod(pair, buckets - 1) + 1
+    return ops.where(ops.logical_and(tokens > 0, nxt > 0), ids, 0)
+
+
 def build_ssa(vocab_size, args):
     """Embedding → BiLSTM → StructuredSelfAttention → MLP (Lin et al.)."""
     import keras
@@ -389,6 +411,14 @@ def build_ssa(vocab_size, args):
     x = keras.layers.Embedding(vocab_size, args.embed_dim, mask_zero=True)(
         tokens
     )
+    if args.bigram_embed:
+        pairs = keras.layers.Embedding(
+            args.bigram_embed,
+            args.embed_dim,
+            mask_zero=True,  # Add ORs the masks: without one it drops both
+            name="bigram_embedding",
+        )(bigram_ids(tokens, vocab_size, args.bigram_embed))
+        x = keras.layers.Add()([x, pairs])  # mask: the words' (a superset)
     x = keras.layers.SpatialDropout1D(args.dropout / 2)(x)
     if args.word_dropout:
         # One draw per (review, position): whole words vanish.

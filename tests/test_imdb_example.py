@@ -225,23 +225,55 @@ def test_bucketed_batches_cover_each_review_once_trimmed():
     assert passes[0] != passes[1]  # reshuffled on every pass
 
 
-def test_ssa_trained_on_buckets_equals_static_model():
+@pytest.mark.parametrize("bigram_embed", [0, 31])
+def test_ssa_trained_on_buckets_equals_static_model(bigram_embed):
     import imdb_classification as ex
 
     args = ex.parse_args(
         "--length 12 --embed-dim 8 --lstm-units 4 --attention-units 4 "
-        "--num-hops 2".split()
+        f"--num-hops 2 --bigram-embed {bigram_embed}".split()
     )
     from keras_attn.export import with_dynamic_length
 
     vec, texts = _length_vectorizer()
     static = ex.build_ssa(vec.vocabulary_size(), args)
     dynamic = with_dynamic_length(static)
-    full = np.asarray(vec(texts[:6]))
-    cut = full[:, : max(1, int((full != 0).sum(axis=1).max()))]
-    got = dynamic(cut)["probability"]
-    want = static(full)["probability"]
-    np.testing.assert_allclose(got, want, atol=1e-5)
+    full = np.asarray(vec(texts[:8]))  # (8, 12)
+    lengths = (full != 0).sum(axis=1)
+    assert lengths.min() < full.shape[1]  # some padding to cut
+    want = np.asarray(static(full)["probability"])
+    # Each review alone, cut to its own length: no padding left at all.
+    got = np.concatenate(
+        [
+            np.asarray(dynamic(row[None, : max(1, n)])["probability"])
+            for row, n in zip(full, lengths)
+        ]
+    )
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_bigram_ids_match_a_pairwise_reference():
+    import imdb_classification as ex
+    import keras
+
+    vocab, buckets = 50, 31
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(1, vocab, size=(4, 9))
+    tokens[0, 5:] = 0
+    tokens[1, 1:] = 0
+    tokens[3, 4] = 1  # out-of-vocabulary words pair like any other
+    want = np.zeros_like(tokens)
+    for b in range(tokens.shape[0]):
+        for t in range(tokens.shape[1] - 1):
+            w, nxt = tokens[b, t], tokens[b, t + 1]
+            if w and nxt:
+                want[b, t] = (w * vocab + nxt) % (buckets - 1) + 1
+    got = keras.ops.convert_to_numpy(
+        ex.bigram_ids(keras.ops.convert_to_tensor(tokens), vocab, buckets)
+    )
+    np.testing.assert_array_equal(got, want)
+    assert got.min() >= 0 and got.max() < buckets
+    assert (got[:, -1] == 0).all()  # the last word has no successor
 
 
 def _fake_archive(path, per_class=10):
