@@ -246,7 +246,7 @@ def test_ssa_trained_on_buckets_equals_static_model(bigram_embed):
     got = np.concatenate(
         [
             np.asarray(dynamic(row[None, : max(1, n)])["probability"])
-            for row, n in zip(full, lengths)
+            for row, n in zip(full, lengths, strict=True)
         ]
     )
     np.testing.assert_allclose(got, want, atol=1e-6)
