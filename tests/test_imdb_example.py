@@ -350,3 +350,29 @@ def test_adversarial_step_sums_both_losses_and_restores_vectors():
     frozen = step(ex.adversarial_trainer(*build(), 1.0), 0.0)
     for f in frozen:
         np.testing.assert_allclose(f, 0.0, atol=1e-6)
+
+
+def test_out_of_fold_teacher_never_scores_a_review_it_trained_on():
+    import imdb_classification as ex
+
+    # Each review is one unique word: a model that trained on a review can
+    # memorize it, one that did not can only give its bias (the unseen
+    # word's weight stays at its zero start with --nb-scale 0).
+    n, folds = 60, 3
+    texts = np.array([f"uid{i}" for i in range(n)], dtype=object)
+    labels = (np.random.default_rng(0).random(n) < 0.5).astype("float32")
+    args = ex.parse_args(
+        f"--bigram-tokens 100 --ngrams 1 --nb-scale 0 --bigram-epochs 30 "
+        f"--bigram-learning-rate 0.1 --bigram-dropout 0 --batch-size 8 "
+        f"--distill-folds {folds}".split()
+    )
+    probs = ex.out_of_fold_teacher(texts, labels, args)
+    assert probs.shape == (n,)
+    # One value per fold: every held-out review gets its fold model's bias.
+    assert len(np.unique(np.round(probs, 5))) <= folds
+    accuracy = np.mean((probs > 0.5) == (labels > 0.5))
+    assert accuracy < 0.75  # no memorized labels (in-fold would be 1.0)
+    with pytest.raises(ValueError, match="distill_folds"):
+        ex.out_of_fold_teacher(
+            texts, labels, ex.parse_args(["--distill-folds", "1"])
+        )
