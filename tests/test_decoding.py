@@ -64,3 +64,52 @@ def test_ban_sets_only_the_banned_columns():
     assert np.all(out[0, [1, 3]] <= -1e8)
     half = np.asarray(decoding.ban(tf.cast(logits, "float16"), (1,)))
     assert np.isfinite(half).all() and half[0, 1] < -1e4
+
+
+def test_wide_beam_returns_the_exhaustive_gnmt_optimum():
+    import itertools
+
+    # A random chain over words 3..5 and end (2); pad and start banned.
+    # With a beam wider than the number of hypotheses nothing is pruned,
+    # so the result must be the best length-normalized sequence overall.
+    rng = np.random.default_rng(7)
+    for trial in range(4):
+        logits = rng.normal(scale=2.0, size=(6, 6)).astype("float32")
+        table = tf.constant(logits)
+
+        def chain_step(prev, state, memory, mask, table=table):
+            att = tf.ones([tf.shape(prev)[0], 3]) / 3.0
+            return tf.gather(table, prev[:, 0]), state, att
+
+        allowed = [2, 3, 4, 5]
+        logp = logits[:, allowed] - np.log(
+            np.exp(logits[:, allowed]).sum(1, keepdims=True)
+        )
+        col = {tok: j for j, tok in enumerate(allowed)}
+        max_len = 3
+        for alpha in (0.0, 0.6, 2.0):
+            best, best_seq = -np.inf, None
+            for n in range(1, max_len + 1):
+                for seq in itertools.product(allowed, repeat=n):
+                    if 2 in seq[:-1] or (n < max_len and seq[-1] != 2):
+                        continue  # ends once, and only at its end
+                    prev, total = 1, 0.0
+                    for tok in seq:
+                        total += logp[prev, col[tok]]
+                        prev = tok
+                    score = total / ((5.0 + n) / 6.0) ** alpha
+                    if score > best:
+                        best, best_seq = score, seq
+            ids, _ = decoding.beam_search(
+                encode,
+                chain_step,
+                tf.constant([[5, 6, 0]]),
+                1,
+                2,
+                max_len,
+                beam_width=64,
+                length_penalty=alpha,
+                banned_ids=(0, 1),
+            )
+            got = [int(t) for t in np.asarray(ids)[0] if t != 0]
+            assert got == list(best_seq), (trial, alpha)
