@@ -630,12 +630,9 @@ def out_of_fold_teacher(texts, labels, args):
         model = build_bigram(vec.vocabulary_size(), ratio, args)
         model = keras.Model(model.input, model.output["probability"])
         model.compile(
-            optimizer=keras.optimizers.AdamW(
-                args.bigram_learning_rate,
-                weight_decay=args.bigram_weight_decay,
-            )
-            if args.bigram_weight_decay
-            else keras.optimizers.Adam(args.bigram_learning_rate),
+            optimizer=_optimizer(
+                args.bigram_learning_rate, args.bigram_weight_decay
+            ),
             loss="binary_crossentropy",
         )
         ds = sparse_feature_dataset(
@@ -747,6 +744,17 @@ def adversarial_trainer(inputs, outputs, epsilon):
     return AdversarialTrainer(inputs, outputs)
 
 
+def _optimizer(learning_rate, weight_decay, **options):
+    """AdamW with decoupled weight decay, or plain Adam when it is 0."""
+    import keras
+
+    if weight_decay:
+        return keras.optimizers.AdamW(
+            learning_rate, weight_decay=weight_decay, **options
+        )
+    return keras.optimizers.Adam(learning_rate, **options)
+
+
 def train_model(model, train_ds, val_ds, args):
     import keras
 
@@ -761,11 +769,7 @@ def train_model(model, train_ds, val_ds, args):
     ema = getattr(args, "ema", 0.0)
     options = dict(clipnorm=1.0, use_ema=bool(ema), ema_momentum=ema or 0.99)
     trainer.compile(
-        optimizer=keras.optimizers.AdamW(
-            args.learning_rate, weight_decay=args.weight_decay, **options
-        )
-        if args.weight_decay
-        else keras.optimizers.Adam(args.learning_rate, **options),
+        optimizer=_optimizer(args.learning_rate, args.weight_decay, **options),
         loss="binary_crossentropy",
         # Against the rounded target, so soft (distilled) targets count too.
         metrics=[
