@@ -1,5 +1,5 @@
 import sys
 
-from keras_attn.cli import main
+from keras_attn_cli import main
 
 sys.exit(main())

@@ -1,19 +1,14 @@
-"""The `keras-attn` command line.
+"""The commands of `keras-attn` (parsing lives in `keras_attn_cli`).
 
-keras-attn                      classify built-in reviews with the shipped
-                                IMDB model and show what it attended to
-                                (runs the generated-task demo when no
-                                trained model is found)
-keras-attn demo                 train a tiny model on a generated task
-                                and, with a shipped translator, translate
-                                a few sentences and print one alignment
-keras-attn explain MODEL TEXT   write attention.html / attention.png
-keras-attn translate TEXT...    English to French with the shipped model
+Every command checks its inputs before work and reports problems as a
+`ValueError` naming the command-line flag; `keras_attn_cli.main` prints
+them as one `keras-attn: error: ...` line with exit status 2.
 """
 
-import argparse
 import os
 import sys
+
+import numpy as np
 
 SAMPLE_REVIEWS = [
     "One of the best films I have seen in years. The acting is superb and "
@@ -32,19 +27,42 @@ SAMPLE_SENTENCES = [
     "She is reading a book.",
     "We have to leave now.",
 ]
+NO_WORD = "no known word"
 
 
-def models_dir():
-    """`$KERAS_ATTN_MODELS`, else `saved_models/` beside the package."""
-    env = os.environ.get("KERAS_ATTN_MODELS")
-    if env:
-        return env
+def quiet():
+    """Silence TensorFlow's Python-side logging (the C++ side is silenced
+    by `TF_CPP_MIN_LOG_LEVEL`, set before import)."""
+    import logging
+
+    for name in ("tensorflow", "absl", "keras"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def run(args):
+    command = args.command or "classify"
+    return COMMANDS[command](args)
+
+
+def models_dir(args=None):
+    """`--models`, `$KERAS_ATTN_MODELS`, `./saved_models`, or the
+    checkout's `saved_models/`, the first that is given or exists."""
+    given = getattr(args, "models", None) or os.environ.get("KERAS_ATTN_MODELS")
+    if given:
+        if not os.path.isdir(given):
+            raise ValueError(
+                f"No such models folder. Received: --models={given!r}"
+            )
+        return given
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.join(os.path.dirname(here), "saved_models")
+    for folder in ("saved_models", os.path.join(here, "..", "saved_models")):
+        if os.path.isdir(folder):
+            return os.path.normpath(folder)
+    return os.path.normpath(os.path.join(here, "..", "saved_models"))
 
 
-def find_shipped_model():
-    root = models_dir()
+def find_shipped_model(args=None):
+    root = models_dir(args)
     for name in PREFERRED_MODELS:
         path = os.path.join(root, name, "model.keras")
         if os.path.isfile(path):
@@ -52,62 +70,237 @@ def find_shipped_model():
     return None
 
 
-def _classify(args):
-    from keras_attn import explain
-
-    path = args.model or find_shipped_model()
-    if path is None:
-        print(
-            f"No trained model under {models_dir()}; running the "
-            "generated-task demo instead.\n"
-        )
-        return _demo(argparse.Namespace(epochs=8))
-    model = explain.load_text_model(path)
-    texts = args.text or SAMPLE_REVIEWS
-    print(f"Model: {path}\n")
-    for result in explain.attend(model, texts):
-        p = result["probability"]
-        label = "positive" if p > 0.5 else "negative"
-        words = ", ".join(w for w, _ in explain.top_tokens(result, 6))
-        print(f"[{label} {p:.3f}] {result['text'][:90]}...")
-        print(f"    attention picked: {words}\n")
-    translator = find_translator()
-    if translator and not args.text:
-        _print_translations(translator, SAMPLE_SENTENCES, alignment=True)
-    return 0
-
-
-def find_translator():
-    path = os.path.join(models_dir(), "translation_en_fr", "saved_model")
+def find_translator(args=None):
+    path = os.path.join(models_dir(args), "translation_en_fr", "saved_model")
     found = os.path.isfile(os.path.join(path, "saved_model.pb"))
     return path if found else None
 
 
-def _load_translator(path):
+def read_texts(args, default=None, flag="text"):
+    """Positional texts plus `--file` lines (`-`: standard input)."""
+    texts = list(getattr(args, "text", None) or [])
+    path = getattr(args, "file", None)
+    if path is not None:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        elif not os.path.isfile(path):
+            raise ValueError(f"No such file. Received: --file={path!r}")
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+        try:
+            lines = data.decode("utf-8").splitlines()
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"Expected UTF-8 text ({err.reason} at byte {err.start}). "
+                f"Received: --file={path!r}"
+            ) from None
+        texts += [line for line in lines if line.strip()]
+    if not texts:
+        if default is not None:
+            return list(default)
+        raise ValueError(
+            f"Nothing to read: give {flag} arguments or --file. "
+            "Received: no text"
+        )
+    return texts
+
+
+def _snippet(text, width=80):
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _verdict(p, known):
+    if known == 0:
+        return f"-\t{NO_WORD}"
+    label = "positive" if p > 0.5 else "negative"
+    return f"{p:.4f}\t{label}"
+
+
+# ---------------------------------------------------------------- models
+
+
+def load_classifier(path):
+    """A `.keras` raw-text classifier: one string input, a dict output
+    with `probability` (the documented contract)."""
+    from keras_attn import explain
+
+    model = explain.load_text_model(path)
+    check_classifier(model, path)
+    return model
+
+
+def check_classifier(model, path):
+    inputs = getattr(model, "inputs", None) or []
+    if len(inputs) != 1 or inputs[0].dtype != "string":
+        raise ValueError(
+            "Expected a text model: one string input. Received: "
+            f"{path!r} with inputs "
+            f"{[(tuple(t.shape), str(t.dtype)) for t in inputs]}"
+        )
+    outputs = model.output
+    if not isinstance(outputs, dict) or "probability" not in outputs:
+        names = sorted(outputs) if isinstance(outputs, dict) else "a tensor"
+        raise ValueError(
+            "Expected a model whose outputs are a dict with 'probability'. "
+            f"Received: {path!r} with outputs {names}"
+        )
+
+
+def _run_model(fn, *args):
+    """Call TensorFlow; its runtime errors become one clean line."""
     import tensorflow as tf
 
+    try:
+        return fn(*args)
+    except tf.errors.OpError as err:
+        first = (err.message or str(err)).strip().splitlines()[0]
+        raise ValueError(f"The model failed to run: {first}") from None
+
+
+def known_words(model, texts):
+    """Per text, how many tokens the model's vocabulary knows."""
+    from keras_attn.explain import find_vectorizer
+
+    vec = find_vectorizer(model)
+    ids = np.asarray(_run_model(vec, np.array(texts, dtype=object)))
+    return (ids > 1).sum(axis=-1)
+
+
+def load_saved_model(path, allow_unsafe=False):
+    """Load a SavedModel after checking its files and its ops."""
+    import tensorflow as tf
+
+    from keras_attn import trust
+
+    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+        raise ValueError(f"No saved_model.pb in {path!r}.")
+    if not allow_unsafe:
+        trust.check_saved_model(path)
+    if not os.path.isfile(os.path.join(path, "variables", "variables.index")):
+        raise ValueError(
+            f"Not a complete SavedModel: {path!r} has no "
+            "variables/variables.index"
+        )
+    try:
+        return tf.saved_model.load(path)
+    except Exception as err:
+        first = (str(err).strip() or type(err).__name__).splitlines()[0]
+        raise ValueError(
+            f"Could not load the SavedModel {path!r}: {first}"
+        ) from None
+
+
+def _signature(loaded, path, key, needs):
+    signatures = dict(getattr(loaded, "signatures", {}) or {})
+    if key not in signatures:
+        raise ValueError(
+            f"Expected {needs} (a {key!r} signature). Received: {path!r} "
+            f"with signatures {sorted(signatures)}"
+        )
+    return signatures[key]
+
+
+def saved_classifier(path, allow_unsafe=False):
+    """The `serving_default` function of a text-classifier SavedModel."""
+    import tensorflow as tf
+
+    loaded = load_saved_model(path, allow_unsafe)
+    needs = "a text classifier SavedModel (`keras-attn translate` runs a "
+    needs += "translator)"
+    fn = _signature(loaded, path, "serving_default", needs)
+    specs = list(fn.structured_input_signature[1].values())
+    if len(specs) != 1 or specs[0].dtype != tf.string:
+        raise ValueError(
+            "Expected a SavedModel whose serving_default takes one batch "
+            f"of strings. Received: {path!r} with inputs {specs}"
+        )
+    if "probability" not in fn.structured_outputs:
+        raise ValueError(
+            "Expected a SavedModel whose serving_default returns "
+            f"'probability'. Received: {path!r} with outputs "
+            f"{sorted(fn.structured_outputs)}"
+        )
+    return fn
+
+
+def load_translator(path, allow_unsafe=False):
     if os.path.isdir(os.path.join(path, "saved_model")):
         path = os.path.join(path, "saved_model")
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
-        raise ValueError(f"No SavedModel translator. Received: path={path!r}")
-    return tf.saved_model.load(path).signatures["translate"]
+    if not os.path.isdir(path):
+        raise ValueError(f"No such translator folder. Received: {path!r}")
+    loaded = load_saved_model(path, allow_unsafe)
+    return _signature(
+        loaded,
+        path,
+        "translate",
+        "a translator SavedModel (`keras-attn predict` runs a classifier)",
+    )
+
+
+# -------------------------------------------------------------- commands
+
+
+def _classify(args):
+    path = args.model or find_shipped_model(args)
+    if path is None:
+        print(
+            f"No trained model under {models_dir(args)}; running the "
+            "generated-task demo instead.\n"
+        )
+        args.epochs = 8
+        return _demo(args)
+    from keras_attn import explain
+
+    texts = read_texts(args, default=SAMPLE_REVIEWS)
+    model = load_classifier(path)
+    known = known_words(model, texts)
+    print(f"Model: {path}\n")
+    results = _run_model(explain.attend, model, texts)
+    for result, n in zip(results, known, strict=True):
+        print(
+            f"[{_verdict(result['probability'], n)}] "
+            f"{_snippet(result['text'], 90)}"
+        )
+        if n:
+            words = ", ".join(w for w, _ in explain.top_tokens(result, 6))
+            print(f"    attention picked: {words}")
+        print()
+    translator = find_translator(args)
+    if translator and not (args.text or args.file):
+        _print_translations(translator, SAMPLE_SENTENCES, alignment=True)
+    return 0
 
 
 def _tokens(row):
     return [t.decode() for t in row if t]
 
 
-def _print_translations(path, texts, alignment=False):
+def _check_sentences(texts, flag="text"):
+    for text in texts:
+        if not text.strip():
+            raise ValueError(
+                f"Expected a non-empty sentence. Received: {flag}={text!r}"
+            )
+
+
+def _print_translations(path, texts, alignment=False, allow_unsafe=False):
     """Translate `texts`; print the first one's alignment as a grid."""
     import tensorflow as tf
 
-    out = _load_translator(path)(tf.constant(texts))
+    _check_sentences(texts)
+    fn = load_translator(path, allow_unsafe)
+    out = _run_model(fn, tf.constant(texts))
     print(f"Translator: {path}\n")
     for text, fr in zip(texts, out["translation"].numpy(), strict=True):
         print(f"{text}  ->  {fr.decode()}")
     if alignment:
         src = _tokens(out["source_tokens"].numpy()[0])
         tgt = _tokens(out["target_tokens"].numpy()[0])
+        if not src or not tgt:
+            print(f"\nNo alignment for {texts[0]!r}: no tokens.")
+            return 0
         att = out["attention"].numpy()[0]
         print(f"\nAttention for {texts[0]!r} (weight x 10, rows French):")
         width = max(len(w) for w in src) + 1
@@ -122,18 +315,25 @@ def _print_translations(path, texts, alignment=False):
 
 
 def _translate(args):
-    path = args.model or find_translator()
+    path = args.model or find_translator(args)
     if path is None:
         raise ValueError(
-            f"No translator under {models_dir()}; train one with "
-            "examples/translation.py --out saved_models."
+            f"No translator under {models_dir(args)}; pass --model or "
+            "train one with examples/translation.py --out saved_models."
         )
-    return _print_translations(path, args.text, alignment=args.alignment)
+    texts = read_texts(args)
+    return _print_translations(
+        path, texts, args.alignment, args.allow_unsafe_ops
+    )
 
 
 def _demo(args):
     from keras_attn import demo
 
+    if args.epochs <= 0:
+        raise ValueError(
+            f"Expected a positive number. Received: --epochs={args.epochs}"
+        )
     demo.run(epochs=args.epochs)
     return 0
 
@@ -141,95 +341,181 @@ def _demo(args):
 def _explain(args):
     from keras_attn import explain
 
-    result, html_path, png_path = explain.explain(
-        args.model, args.text, args.out
+    if args.text is not None and args.file is not None:
+        raise ValueError("Give the text or --file, not both.")
+    if args.file is not None:
+        texts = read_texts(argparse_namespace(file=args.file), flag="--file")
+        text = "\n".join(texts)
+    else:
+        text = args.text
+    if text is None or not text.strip():
+        raise ValueError(f"Expected a non-empty text. Received: {text!r}")
+    if os.path.lexists(args.out) and not os.path.isdir(args.out):
+        raise ValueError(
+            f"Expected a folder for the pictures. Received: --out="
+            f"{args.out!r}, which is an existing file"
+        )
+    model = load_classifier(args.model)
+    if known_words(model, [text])[0] == 0:
+        raise ValueError(
+            f"No known word in the text: nothing to explain. Received: "
+            f"{_snippet(text)!r}"
+        )
+    result = _run_model(explain.attend, model, [text])[0]
+    os.makedirs(args.out, exist_ok=True)
+    html_path = explain.write_html(
+        result, os.path.join(args.out, "attention.html")
+    )
+    png_path = explain.write_heatmap(
+        result, os.path.join(args.out, "attention.png")
     )
     print(f"P(positive) = {result['probability']:.3f}")
     print(f"wrote {html_path}\nwrote {png_path}")
     return 0
 
 
-def _read_lines(path):
-    if not os.path.isfile(path):
-        raise ValueError(f"No such file. Received: path={path!r}")
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f if line.strip()]
+def argparse_namespace(**kwargs):
+    import argparse
+
+    return argparse.Namespace(**kwargs)
+
+
+def _read_lines(path, flag):
+    return read_texts(argparse_namespace(file=path), flag=flag)
 
 
 def _export(args):
-    from keras_attn import explain, export
+    from keras_attn import export
 
     if not (args.saved_model or args.tflite):
-        raise ValueError("Nothing to do: give --saved-model and/or --tflite.")
-    model = explain.load_text_model(args.model)
-    if args.saved_model:
-        export.export_saved_model(model, args.saved_model)
-        print(f"wrote SavedModel {args.saved_model}")
-    if args.tflite:
-        texts = _read_lines(args.calibration) if args.calibration else None
-        export.export_text_tflite(
-            model,
-            args.tflite,
-            quantize=args.quantize,
-            calibration_texts=texts,
-            dynamic_length=args.dynamic_length,
+        raise ValueError(
+            "Nothing to export: give --saved-model and/or --tflite."
         )
+    texts = None
+    if args.calibration is not None:
+        if not os.path.isfile(args.calibration):
+            raise ValueError(
+                f"No such file. Received: --calibration={args.calibration!r}"
+            )
+        texts = _read_lines(args.calibration, "--calibration")
+    names = {
+        "quantize": "--quantize",
+        "calibration_texts": "--calibration",
+        "dynamic_length": "--dynamic-length",
+        "saved_model": "--saved-model",
+        "tflite": "--tflite",
+    }
+    model_file = args.model
+    if os.path.isdir(model_file):
+        model_file = os.path.join(model_file, "model.keras")
+    settings = dict(
+        saved_model=args.saved_model,
+        tflite=args.tflite,
+        quantize=args.quantize,
+        calibration_texts=texts,
+        dynamic_length=args.dynamic_length,
+        overwrite=args.overwrite,
+        protect=[model_file],
+        names=names,
+    )
+    # Check destinations and settings before the (slow) model load.
+    export.check_text_export(**settings)
+    model = load_classifier(args.model)
+    written = export.export_text_model(model, **settings)
+    if "saved_model" in written:
+        print(f"wrote SavedModel {args.saved_model}")
+    if "tflite" in written:
         size = os.path.getsize(args.tflite) / 2**20
-        print(f"wrote LiteRT {args.tflite} ({args.quantize}, {size:.2f} MiB)")
+        kind = {
+            "none": "float32",
+            "float16": "float16 weights",
+            "dynamic": "dynamic-range: int8 weights, float activations",
+            "int8": "full-integer int8 weights and activations",
+        }[args.quantize]
+        print(f"wrote LiteRT {args.tflite} ({kind}, {size:.2f} MiB)")
     return 0
 
 
 def _predict(args):
-    import numpy as np
-
     path = args.artifact
-    texts = args.text
+    texts = read_texts(args)
     if path.endswith(".tflite"):
         from keras_attn.litert_runtime import LiteRTClassifier
 
-        out = LiteRTClassifier(path, args.vocabulary).predict(texts)
-    elif os.path.isdir(path) and os.path.isfile(
-        os.path.join(path, "saved_model.pb")
-    ):
+        clf = LiteRTClassifier(path, args.vocabulary)
+        if "probability" not in clf.runner.get_output_details():
+            raise ValueError(
+                "Expected a LiteRT classifier with a 'probability' output. "
+                f"Received: {path!r} with outputs "
+                f"{sorted(clf.runner.get_output_details())}"
+            )
+        ids = clf.tokenizer(texts)
+        known = [int((np.asarray(row) > 1).sum()) for row in ids]
+        out = clf.predict_ids(ids)
+    elif os.path.isdir(path):
         import tensorflow as tf
 
-        served = tf.saved_model.load(path)
-        fn = served.signatures["serving_default"]
-        out = {k: v.numpy() for k, v in fn(tf.constant(texts)).items()}
+        fn = saved_classifier(path, args.allow_unsafe_ops)
+        result = _run_model(fn, tf.constant(texts))
+        out = {k: v.numpy() for k, v in result.items()}
+        # The SavedModel hides its tokens: a text none of whose tokens
+        # survive (every position masked) gets zero attention everywhere.
+        att = out.get("attention")
+        known = (
+            [1] * len(texts)
+            if att is None
+            else [int(np.abs(a).sum() > 0) for a in att]
+        )
     else:
-        from keras_attn import explain
-
-        model = explain.load_text_model(path)
-        out = model.predict(np.array(texts, dtype=object), verbose=0)
-    probs = np.ravel(out["probability"])
-    for text, p in zip(texts, probs, strict=True):
-        label = "positive" if p > 0.5 else "negative"
-        print(f"{p:.4f}\t{label}\t{text[:80]}")
+        model = load_classifier(path)
+        known = known_words(model, texts)
+        out = _run_model(model.predict, np.array(texts, dtype=object), 256, 0)
+    probs = np.ravel(np.asarray(out["probability"], "float32"))
+    if probs.shape[0] != len(texts):
+        raise ValueError(
+            "Expected one probability per text. Received: "
+            f"{probs.shape[0]} for {len(texts)} texts"
+        )
+    for text, p, n in zip(texts, probs, known, strict=True):
+        print(f"{_verdict(float(p), n)}\t{_snippet(text)}")
     return 0
 
 
 def _align(args):
     """Alignment heatmap (source × target tokens) from a translator."""
+    import tensorflow as tf
+
+    _check_sentences([args.text])
+    if os.path.isdir(args.out):
+        raise ValueError(
+            f"Expected a file for the picture. Received: --out={args.out!r}, "
+            "which is a folder"
+        )
+    fn = load_translator(args.model, args.allow_unsafe_ops)
+    out = _run_model(fn, tf.constant([args.text]))
+    src = [t.decode() for t in out["source_tokens"].numpy()[0] if t]
+    tgt = [t.decode() for t in out["target_tokens"].numpy()[0] if t]
+    if not src or not tgt:
+        raise ValueError(
+            f"No tokens to align: the translator found none in {args.text!r}"
+        )
+    att = out["attention"].numpy()[0][: len(tgt), : len(src)]
+    print(out["translation"].numpy()[0].decode())
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import tensorflow as tf
 
-    path = args.model
-    out = _load_translator(path)(tf.constant([args.text]))
-    src = [t.decode() for t in out["source_tokens"].numpy()[0] if t]
-    tgt = [t.decode() for t in out["target_tokens"].numpy()[0] if t]
-    att = out["attention"].numpy()[0][: len(tgt), : len(src)]
-    print(out["translation"].numpy()[0].decode())
-    fig, ax = plt.subplots(figsize=(1 + 0.5 * len(src), 1 + 0.4 * len(tgt)))
-    ax.imshow(att, cmap="Blues", vmin=0, vmax=1)
+    fig, ax = plt.subplots(figsize=(2 + 0.5 * len(src), 1.6 + 0.4 * len(tgt)))
+    image = ax.imshow(att, cmap="Blues", vmin=0, vmax=1)
     ax.set_xticks(range(len(src)))
     ax.set_xticklabels(src, rotation=60, ha="right")
     ax.set_yticks(range(len(tgt)))
     ax.set_yticklabels(tgt)
-    ax.set_xlabel("English")
-    ax.set_ylabel("French")
+    ax.set_xlabel("English (source)")
+    ax.set_ylabel("French (output)")
+    ax.set_title("Attention of each French word over the English words")
+    fig.colorbar(image, ax=ax, label="attention weight")
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
     plt.close(fig)
@@ -237,72 +523,22 @@ def _align(args):
     return 0
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="keras-attn",
-        description="keras_attn: attention layers, examples and export.",
-    )
-    sub = parser.add_subparsers(dest="command")
-    p = sub.add_parser("classify", help="classify reviews (the default)")
-    p.add_argument("text", nargs="*", help="reviews (default: samples)")
-    p.add_argument("--model", default=None, help="a .keras text model")
-    p.set_defaults(func=_classify)
-    p = sub.add_parser("demo", help="train a tiny model on a generated task")
-    p.add_argument("--epochs", type=int, default=8)
-    p.set_defaults(func=_demo)
-    p = sub.add_parser("explain", help="attention HTML + PNG for one text")
-    p.add_argument("model", help="a .keras text model or its folder")
-    p.add_argument("text")
-    p.add_argument("--out", default="explain_out")
-    p.set_defaults(func=_explain)
-    p = sub.add_parser("export", help="SavedModel and/or LiteRT export")
-    p.add_argument("model", help="a .keras raw-text model or its folder")
-    p.add_argument("--saved-model", default=None, help="target folder")
-    p.add_argument("--tflite", default=None, help="target .tflite file")
-    p.add_argument(
-        "--quantize",
-        default="none",
-        choices=["none", "float16", "dynamic", "int8"],
-    )
-    p.add_argument(
-        "--calibration", default=None, help="texts, one per line (int8)"
-    )
-    p.add_argument(
-        "--dynamic-length",
-        action="store_true",
-        help="LiteRT input of variable length: each text runs at its own "
-        "length (recurrent models get faster; not with int8)",
-    )
-    p.set_defaults(func=_export)
-    p = sub.add_parser("translate", help="English to French (shipped model)")
-    p.add_argument("text", nargs="+")
-    p.add_argument("--model", default=None, help="translator folder")
-    p.add_argument(
-        "--alignment", action="store_true", help="print the first alignment"
-    )
-    p.set_defaults(func=_translate)
-    p = sub.add_parser("align", help="translation alignment heatmap (PNG)")
-    p.add_argument("model", help="translator folder or its saved_model")
-    p.add_argument("text")
-    p.add_argument("--out", default="alignment.png")
-    p.set_defaults(func=_align)
-    p = sub.add_parser("predict", help="run a .keras, SavedModel or .tflite")
-    p.add_argument("artifact")
-    p.add_argument("text", nargs="+")
-    p.add_argument("--vocabulary", default=None, help="for .tflite")
-    p.set_defaults(func=_predict)
-    return parser
+COMMANDS = {
+    "classify": _classify,
+    "demo": _demo,
+    "explain": _explain,
+    "export": _export,
+    "translate": _translate,
+    "align": _align,
+    "predict": _predict,
+}
 
 
 def main(argv=None):
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv or ["classify"])
-    try:
-        return args.func(args)
-    except (ValueError, RuntimeError) as err:
-        print(f"keras-attn: error: {err}", file=sys.stderr)
-        return 2
+    """Kept for `python -m keras_attn.cli`: see `keras_attn_cli.main`."""
+    from keras_attn_cli import main as cli_main
+
+    return cli_main(argv)
 
 
 if __name__ == "__main__":

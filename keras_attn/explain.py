@@ -12,18 +12,20 @@ import numpy as np
 
 
 def find_vectorizer(model):
-    """The model's `TextVectorization` layer named `vectorizer`."""
+    """The model's one `TextVectorization` layer (at any depth)."""
     import keras
 
-    for layer in _walk(model):
-        if isinstance(layer, keras.layers.TextVectorization) and (
-            layer.name == "vectorizer"
-        ):
-            return layer
-    raise ValueError(
-        "Expected a model with a TextVectorization layer named "
-        f"'vectorizer'. Received: model={model.name!r}"
-    )
+    found = [
+        layer
+        for layer in _walk(model)
+        if isinstance(layer, keras.layers.TextVectorization)
+    ]
+    if len(found) != 1:
+        raise ValueError(
+            "Expected a model with one TextVectorization layer. Received: "
+            f"model={model.name!r} with {len(found)}"
+        )
+    return found[0]
 
 
 def _walk(model):

@@ -2,57 +2,225 @@
 
 Every writer builds the artifact under a temporary path next to the
 target and moves it into place only when it is complete, so a failure never
-leaves a half-written artifact behind.
+leaves a half-written artifact behind. A destination that exists is
+replaced only when it is recognisably an earlier artifact of the same kind
+(a SavedModel folder, a LiteRT flatbuffer) or with `overwrite=True`; the
+working directory, its ancestors and the paths in `protect` (e.g. the
+input model) and the folders that hold them are never replaced.
 """
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import tempfile
 
 import numpy as np
 
+_TMP_PREFIX = ".tmp-export-"
+_SAVED_MODEL_ENTRIES = {
+    "saved_model.pb",
+    "saved_model.pbtxt",
+    "fingerprint.pb",
+    "keras_metadata.pb",
+    "variables",
+    "assets",
+}
+KINDS = ("saved_model", "tflite")
+
+
+def is_saved_model_dir(path):
+    """A folder holding a SavedModel and nothing else."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        return False
+    entries = set(os.listdir(path))
+    return "saved_model.pb" in entries and entries <= _SAVED_MODEL_ENTRIES
+
+
+def is_tflite_file(path):
+    """A regular file with the LiteRT flatbuffer identifier `TFL3`."""
+    if not os.path.isfile(path) or os.path.islink(path):
+        return False
+    with open(path, "rb") as f:
+        head = f.read(8)
+    return len(head) == 8 and head[4:8] == b"TFL3"
+
+
+def _is_within(inner, outer):
+    """Whether `inner` is `outer` or lies below it (real paths)."""
+    return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
+
+
+def check_destination(path, kind, overwrite=False, protect=(), arg="path"):
+    """Raise a `ValueError` unless `path` may receive an export of `kind`.
+
+    Args:
+        path: the destination.
+        kind: `"saved_model"` (a folder) or `"tflite"` (a file).
+        overwrite: replace an existing destination that is not an earlier
+            artifact of the same kind. Defaults to `False`.
+        protect: paths that must survive: neither they nor the folders
+            holding them may be replaced. Defaults to `()`.
+        arg: the name of the argument (or CLI flag) in messages.
+
+    Returns:
+        The absolute destination path.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"Expected kind in {KINDS}. Received: kind={kind!r}")
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise ValueError(f"Expected a path. Received: {arg}={path!r}")
+    target = os.path.abspath(os.fspath(path))
+    real = os.path.realpath(target)
+    parent = os.path.dirname(target)
+    if not os.path.isdir(parent):
+        raise ValueError(
+            "The folder for the export does not exist. "
+            f"Received: {arg}={os.fspath(path)!r}"
+        )
+    guarded = [os.getcwd(), os.path.expanduser("~")]
+    for p in protect:
+        p = os.path.realpath(os.fspath(p))
+        guarded += [p, os.path.dirname(p)]
+    for g in guarded:
+        if _is_within(os.path.realpath(g), real):
+            raise ValueError(
+                f"Refusing to replace {target!r}: it is or holds {g!r} "
+                "(the working directory, the home folder, the input model "
+                f"or its folder). Received: {arg}={os.fspath(path)!r}"
+            )
+    if os.path.lexists(target):
+        same = (
+            is_saved_model_dir(target)
+            if kind == "saved_model"
+            else is_tflite_file(target)
+        )
+        what = "SavedModel folder" if kind == "saved_model" else "LiteRT file"
+        if os.path.isdir(target) and not os.path.islink(target):
+            found = "a folder"
+        else:
+            found = "a file"
+        if not same and not overwrite:
+            raise ValueError(
+                f"{target!r} exists and is {found}, not an earlier "
+                f"{what}; pass overwrite=True (--overwrite) to replace it. "
+                f"Received: {arg}={os.fspath(path)!r}"
+            )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"Cannot write in {parent!r} (permission denied). "
+            f"Received: {arg}={os.fspath(path)!r}"
+        )
+    return target
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_temporaries(folder, prefix=_TMP_PREFIX):
+    """Remove `prefix<pid>-*` folders left in `folder` by killed exports
+    (their process is gone). Returns the removed paths."""
+    removed = []
+    pattern = re.compile(re.escape(prefix) + r"(\d+)-")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        m = pattern.match(name)
+        path = os.path.join(folder, name)
+        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _temporary_dir(parent=None, prefix=_TMP_PREFIX):
+    """A fresh temporary folder whose name carries this process's id, so
+    that a later export can tell it is stale once the process is gone."""
+    parent = parent or tempfile.gettempdir()
+    clean_stale_temporaries(parent, prefix)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+
+
+class _Stage:
+    """Write into a temporary path beside `target`; `commit` moves it in."""
+
+    def __init__(self, target):
+        self.target = target
+        self.tmp_dir = _temporary_dir(os.path.dirname(target))
+        self.tmp = os.path.join(self.tmp_dir, "new")
+        self.old = os.path.join(self.tmp_dir, "old")
+        self.moved_old = self.moved_new = False
+
+    def swap(self):
+        if not os.path.lexists(self.tmp):
+            raise RuntimeError(f"The export wrote nothing at {self.tmp!r}.")
+        if os.path.lexists(self.target):
+            os.replace(self.target, self.old)
+            self.moved_old = True
+        os.replace(self.tmp, self.target)
+        self.moved_new = True
+
+    def undo(self):
+        if self.moved_new:
+            if os.path.isdir(self.target) and not os.path.islink(self.target):
+                shutil.rmtree(self.target, ignore_errors=True)
+            elif os.path.lexists(self.target):
+                os.remove(self.target)
+        if self.moved_old:
+            os.replace(self.old, self.target)
+
+    def cleanup(self):
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged(*targets):
+    """Yield temporary paths for `targets`; on success move every one into
+    place, all or nothing: if a move fails, the ones done are undone."""
+    stages = []
+    try:
+        for target in targets:
+            stages.append(_Stage(os.path.abspath(target)))
+        yield [s.tmp for s in stages]
+        done = []
+        try:
+            for stage in stages:
+                done.append(stage)
+                stage.swap()
+        except BaseException:
+            for stage in reversed(done):
+                with contextlib.suppress(OSError):
+                    stage.undo()
+            raise
+    finally:
+        for s in stages:
+            s.cleanup()
+
 
 @contextlib.contextmanager
 def atomic_path(target):
-    """Yield a temporary path; on success move it to `target`.
-
-    Works for files and directories. An existing `target` is replaced only
-    after the new artifact is complete.
-    """
+    """Yield a temporary path; on success move it to `target`."""
     target = os.path.abspath(target)
-    parent = os.path.dirname(target) or "."
-    if not os.path.isdir(parent):
+    if not os.path.isdir(os.path.dirname(target)):
         raise ValueError(
             "The folder for the export does not exist. "
             f"Received: path={target!r}"
         )
-    tmp_dir = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)
-    tmp = os.path.join(tmp_dir, os.path.basename(target))
-    try:
+    with staged(target) as (tmp,):
         yield tmp
-        if not os.path.exists(tmp):
-            raise RuntimeError(f"The export wrote nothing at {tmp!r}.")
-        old = None
-        if os.path.exists(target):
-            old = os.path.join(tmp_dir, ".old")
-            os.replace(target, old)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
-def export_saved_model(model, path, input_signature=None):
-    """Write a TF-Serving SavedModel with a `serving_default` signature.
-
-    Args:
-        model: a built Keras model. Its outputs may be a tensor or a dict of
-            named tensors; the signature returns the same names.
-        path: target directory.
-        input_signature: list of `tf.TensorSpec`. Defaults to one spec per
-            model input, built from the model's input shapes and dtypes (a
-            string model therefore takes a batch of raw strings).
-    """
+def _serving_module(model, input_signature=None):
     import tensorflow as tf
 
     if input_signature is None:
@@ -75,13 +243,41 @@ def export_saved_model(model, path, input_signature=None):
                 outputs = {"output_0": outputs}
             return outputs
 
+    return Served()
+
+
+def _write_saved_model(model, tmp, input_signature=None):
+    import tensorflow as tf
+
     # A plain tf.Module stores each variable once (keras.export's archive
     # wrote the weights twice in Keras 3.15).
-    served = Served()
-    with atomic_path(path) as tmp:
-        tf.saved_model.save(
-            served, tmp, signatures={"serving_default": served.serve}
-        )
+    served = _serving_module(model, input_signature)
+    tf.saved_model.save(
+        served, tmp, signatures={"serving_default": served.serve}
+    )
+
+
+def export_saved_model(
+    model, path, input_signature=None, overwrite=False, protect=()
+):
+    """Write a TF-Serving SavedModel with a `serving_default` signature.
+
+    Args:
+        model: a built Keras model. Its outputs may be a tensor or a dict of
+            named tensors; the signature returns the same names.
+        path: target directory.
+        input_signature: list of `tf.TensorSpec`. Defaults to one spec per
+            model input, built from the model's input shapes and dtypes (a
+            string model therefore takes a batch of raw strings).
+        overwrite: replace `path` even when it is not an earlier SavedModel.
+            Defaults to `False`.
+        protect: paths never to replace (see `check_destination`).
+    """
+    target = check_destination(
+        path, "saved_model", overwrite, protect, arg="path"
+    )
+    with staged(target) as (tmp,):
+        _write_saved_model(model, tmp, input_signature)
     return path
 
 
@@ -285,10 +481,22 @@ def convert_tflite(
     frozen = _freeze(serve)
     module = tf.Module()
     module.serve = frozen
-    with tempfile.TemporaryDirectory() as tmp:
+    with _scratch() as tmp:
         tf.saved_model.save(module, tmp, signatures={"serving_default": frozen})
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
         return _convert(converter, quantize, representative_data)
+
+
+@contextlib.contextmanager
+def _scratch():
+    """A temporary folder under the system temp dir for intermediate
+    SavedModels, removed afterwards; one left by a killed export is
+    removed by the next export (its name carries the dead process id)."""
+    path = _temporary_dir(prefix="keras-attn-scratch-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _convert(converter, quantize, representative_data):
@@ -313,10 +521,49 @@ def _convert(converter, quantize, representative_data):
     return converter.convert()
 
 
-def export_tflite(model, path, **kwargs):
-    """`convert_tflite` and write the result atomically to `path`."""
+def with_metadata(data, entries):
+    """LiteRT flatbuffer bytes with `entries` (`{name: bytes}`) added as
+    model metadata (replacing entries of the same name)."""
+    from ai_edge_litert import schema_py_generated as schema
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(data))
+    model.metadata = [
+        m
+        for m in (model.metadata or [])
+        if (m.name.decode() if isinstance(m.name, bytes) else m.name)
+        not in entries
+    ]
+    for name, value in entries.items():
+        buffer = schema.BufferT()
+        buffer.data = np.frombuffer(bytes(value), dtype=np.uint8)
+        model.buffers.append(buffer)
+        entry = schema.MetadataT()
+        entry.name = name
+        entry.buffer = len(model.buffers) - 1
+        model.metadata.append(entry)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def export_tflite(
+    model, path, overwrite=False, protect=(), metadata=None, **kwargs
+):
+    """`convert_tflite` and write the result atomically to `path`.
+
+    Args:
+        model, **kwargs: as `convert_tflite`.
+        path: the `.tflite` file to write.
+        overwrite: replace `path` even when it is not a LiteRT file.
+            Defaults to `False`.
+        protect: paths never to replace (see `check_destination`).
+        metadata: `{name: bytes}` stored in the flatbuffer. Defaults to
+            `None`.
+    """
+    target = check_destination(path, "tflite", overwrite, protect)
     data = convert_tflite(model, **kwargs)
-    with atomic_path(path) as tmp:
+    if metadata:
+        data = with_metadata(data, metadata)
+    with staged(target) as (tmp,):
         with open(tmp, "wb") as f:
             f.write(data)
     return path
@@ -355,12 +602,88 @@ def split_text_model(text_model):
     return vectorizers[0], inner[0]
 
 
-def write_vocabulary(vectorizer, path):
-    with atomic_path(path) as tmp:
+def write_vocabulary(vectorizer, path, overwrite=False):
+    """Write the vectorizer's tokens, one per line. An existing file is
+    replaced only when it holds the same tokens, or with `overwrite`."""
+    text = "".join(t + "\n" for t in vectorizer.get_vocabulary())
+    target = os.path.abspath(path)
+    if os.path.lexists(target) and not overwrite:
+        same = os.path.isfile(target)
+        if same:
+            with open(target, "rb") as f:
+                same = f.read() == text.encode("utf-8")
+        if not same:
+            raise ValueError(
+                f"{target!r} exists and holds another vocabulary; pass "
+                f"overwrite=True to replace it. Received: path={path!r}"
+            )
+    with atomic_path(target) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
-            for token in vectorizer.get_vocabulary():
-                f.write(token + "\n")
+            f.write(text)
     return path
+
+
+def _text_settings(quantize, calibration_texts, dynamic_length, names):
+    """Check the LiteRT settings of a text export before any work."""
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(
+            f"Expected {names['quantize']} to be one of {QUANTIZATIONS}. "
+            f"Received: {names['quantize']}={quantize!r}"
+        )
+    if quantize == "int8":
+        if calibration_texts is None or len(calibration_texts) == 0:
+            raise ValueError(
+                f"quantize='int8' needs calibration texts ("
+                f"{names['calibration_texts']}). Received: "
+                f"{names['calibration_texts']}={calibration_texts!r}"
+            )
+        if dynamic_length:
+            raise ValueError(
+                "A full-integer (int8) model has a fixed length. Received: "
+                f"{names['dynamic_length']}=True with "
+                f"{names['quantize']}='int8'"
+            )
+
+
+_API_NAMES = {
+    "quantize": "quantize",
+    "calibration_texts": "calibration_texts",
+    "dynamic_length": "dynamic_length",
+    "saved_model": "saved_model",
+    "tflite": "tflite",
+}
+
+
+def _text_tflite_bytes(
+    text_model, quantize, calibration_texts, batch_size, dynamic_length
+):
+    vectorizer, token_model = split_text_model(text_model)
+    representative = None
+    if quantize == "int8":
+        representative = np.asarray(
+            vectorizer(np.asarray(list(calibration_texts), dtype=object))
+        )
+    data = convert_tflite(
+        token_model,
+        quantize=quantize,
+        representative_data=representative,
+        batch_size=batch_size,
+        dynamic_length=dynamic_length,
+    )
+    vocabulary = "\n".join(vectorizer.get_vocabulary()) + "\n"
+    config = {
+        "format": "keras_attn.text_classifier",
+        "version": 1,
+        "max_length": int(token_model.inputs[0].shape[1]),
+        "quantize": quantize,
+    }
+    return with_metadata(
+        data,
+        {
+            "keras_attn.vocabulary": vocabulary.encode("utf-8"),
+            "keras_attn.config": json.dumps(config).encode("utf-8"),
+        },
+    )
 
 
 def export_text_tflite(
@@ -370,37 +693,140 @@ def export_text_tflite(
     calibration_texts=None,
     batch_size=1,
     dynamic_length=False,
+    overwrite=False,
+    protect=(),
 ):
-    """LiteRT model for a raw-text model, plus `vocabulary.txt` beside it.
+    """LiteRT model for a raw-text model, its vocabulary embedded.
 
-    The `TextVectorization` step stays outside (strings are not builtin
-    LiteRT tensors); `keras_attn.litert_runtime` tokenizes the same way.
-    `dynamic_length`: see `convert_tflite`.
+    The `TextVectorization` step stays outside the graph (strings are not
+    builtin LiteRT tensors); its vocabulary and the model's length travel
+    inside the flatbuffer as metadata (`keras_attn.vocabulary`,
+    `keras_attn.config`), so a model can never be paired with another
+    model's vocabulary. `keras_attn.litert_runtime` tokenizes the same
+    way. `dynamic_length`: see `convert_tflite`.
     """
-    vectorizer, token_model = split_text_model(text_model)
-    representative = None
-    if quantize == "int8":
-        if calibration_texts is None or len(calibration_texts) == 0:
-            raise ValueError(
-                'quantize="int8" needs calibration texts. Received: '
-                f"calibration_texts={calibration_texts!r}"
-            )
-        representative = np.asarray(
-            vectorizer(np.asarray(calibration_texts, dtype=object))
-        )
-    export_tflite(
-        token_model,
-        path,
+    export_text_model(
+        text_model,
+        tflite=path,
         quantize=quantize,
-        representative_data=representative,
+        calibration_texts=calibration_texts,
         batch_size=batch_size,
         dynamic_length=dynamic_length,
+        overwrite=overwrite,
+        protect=protect,
     )
-    vocab = os.path.join(
-        os.path.dirname(os.path.abspath(path)), "vocabulary.txt"
-    )
-    write_vocabulary(vectorizer, vocab)
     return path
+
+
+def check_text_export(
+    saved_model=None,
+    tflite=None,
+    quantize="none",
+    calibration_texts=None,
+    dynamic_length=False,
+    overwrite=False,
+    protect=(),
+    names=None,
+):
+    """Every check of `export_text_model` that needs no model: settings
+    and destinations. Returns `{kind: absolute path}`."""
+    names = {**_API_NAMES, **(names or {})}
+    if saved_model is None and tflite is None:
+        raise ValueError(
+            f"Nothing to export: give {names['saved_model']} and/or "
+            f"{names['tflite']}. Received: neither"
+        )
+    targets = {}
+    if saved_model is not None:
+        targets["saved_model"] = check_destination(
+            saved_model,
+            "saved_model",
+            overwrite,
+            protect,
+            names["saved_model"],
+        )
+    if tflite is not None:
+        _text_settings(quantize, calibration_texts, dynamic_length, names)
+        targets["tflite"] = check_destination(
+            tflite, "tflite", overwrite, protect, names["tflite"]
+        )
+    if len(set(targets.values())) < len(targets) or (
+        len(targets) == 2
+        and _is_within(
+            os.path.realpath(targets["tflite"]),
+            os.path.realpath(targets["saved_model"]),
+        )
+    ):
+        raise ValueError(
+            "The SavedModel folder and the LiteRT file must not overlap. "
+            f"Received: {names['saved_model']}={saved_model!r}, "
+            f"{names['tflite']}={tflite!r}"
+        )
+    return targets
+
+
+def export_text_model(
+    text_model,
+    saved_model=None,
+    tflite=None,
+    quantize="none",
+    calibration_texts=None,
+    batch_size=1,
+    dynamic_length=False,
+    overwrite=False,
+    protect=(),
+    names=None,
+):
+    """SavedModel and/or LiteRT export of a raw-text model, all or nothing.
+
+    Every setting and destination is checked before any work, both
+    artifacts are built in temporary folders, and only then moved into
+    place together; on any error nothing is written or replaced.
+
+    Args:
+        text_model: `Input(string) → TextVectorization → token model`.
+        saved_model: the SavedModel folder. Defaults to `None`.
+        tflite: the `.tflite` file. Defaults to `None`.
+        quantize, calibration_texts, batch_size, dynamic_length: the LiteRT
+            settings (see `convert_tflite`).
+        overwrite: replace destinations that are not earlier artifacts of
+            their kind. Defaults to `False`.
+        protect: paths never to replace. Defaults to `()`.
+        names: argument names to use in error messages (the CLI passes
+            its flags). Defaults to the Python argument names.
+
+    Returns:
+        `{"saved_model": path, "tflite": path}` for what was written.
+    """
+    targets = check_text_export(
+        saved_model,
+        tflite,
+        quantize,
+        calibration_texts,
+        dynamic_length,
+        overwrite,
+        protect,
+        names,
+    )
+    split_text_model(text_model)  # the model has the expected shape
+    data = None
+    if tflite is not None:
+        data = _text_tflite_bytes(
+            text_model, quantize, calibration_texts, batch_size, dynamic_length
+        )
+    kinds = list(targets)
+    with staged(*targets.values()) as tmps:
+        for kind, tmp in zip(kinds, tmps, strict=True):
+            if kind == "saved_model":
+                _write_saved_model(text_model, tmp)
+            else:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+    return {
+        kind: path
+        for kind, path in (("saved_model", saved_model), ("tflite", tflite))
+        if path is not None
+    }
 
 
 def _freeze(function):
@@ -425,7 +851,9 @@ def _freeze(function):
     return frozen
 
 
-def export_seq2seq_tflite(encoder, step, path, source_length, units):
+def export_seq2seq_tflite(
+    encoder, step, path, source_length, units, overwrite=False
+):
     """LiteRT model with two signatures: `encode` and one decoder `step`.
 
     `encode(source (1, S) int32) -> memory (1, S, U), state (1, U)`;
@@ -435,6 +863,8 @@ def export_seq2seq_tflite(encoder, step, path, source_length, units):
     (`keras_attn.litert_runtime.LiteRTTranslator`).
     """
     import tensorflow as tf
+
+    target = check_destination(path, "tflite", overwrite)
 
     class Seq2Seq(tf.Module):
         @tf.function(
@@ -466,7 +896,7 @@ def export_seq2seq_tflite(encoder, step, path, source_length, units):
     frozen = tf.Module()
     frozen.encode = _freeze(module.encode)
     frozen.step = _freeze(module.step)
-    with tempfile.TemporaryDirectory() as tmp:
+    with _scratch() as tmp:
         tf.saved_model.save(
             frozen,
             tmp,
@@ -477,7 +907,7 @@ def export_seq2seq_tflite(encoder, step, path, source_length, units):
         )
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         data = converter.convert()
-    with atomic_path(path) as tmp_path:
+    with staged(target) as (tmp_path,):
         with open(tmp_path, "wb") as f:
             f.write(data)
     return path

@@ -3,106 +3,438 @@
 This is the phone-like path: `ai_edge_litert` and NumPy. Tokenization
 mirrors `keras_attn.text.standardize_review` followed by the
 `TextVectorization` whitespace split and vocabulary lookup (index 0 is
-padding, 1 is out-of-vocabulary); a test checks both give the same ids.
+padding, 1 is out-of-vocabulary); tests check both give the same ids.
+
+Trust: a `.tflite` file is checked before LiteRT sees it
+(`verify_model`: every index and buffer size in range), which turns the
+malformed files we know of into a `ValueError`. LiteRT's C++ kernels are
+not hardened against crafted models, so run a `.tflite` from a source you
+do not trust in a sandbox (a separate process with no privileges).
+
+The file is self-contained (it imports nothing from `keras_attn`), so it
+can be copied into an app that has only NumPy and `ai_edge_litert`.
 """
 
+import json
 import os
 import re
+import string
+import threading
 
 import numpy as np
 
-_TAGS = re.compile(r"<[^>]*>")
+# Names of the metadata entries that `keras_attn.export` writes into the
+# flatbuffer, binding the vocabulary and settings to the model itself.
+METADATA_VOCABULARY = "keras_attn.vocabulary"
+METADATA_CONFIG = "keras_attn.config"
+
+_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _MARKS = re.compile(r"([!?])")
 _OTHER = re.compile(r"[^a-z0-9!?' ]")
-_QUOTES = re.compile(r"(^|\s)'+|'+(\s|$)")
+_CHUNK = 1 << 16  # characters standardized at a time
+
+
+def _untagged(text, chunk=_CHUNK):
+    """`text` with each `<...>` tag replaced by a space, in slices.
+
+    Leftmost-first, as the regex `<[^>]*>`: a `<` with no `>` after it
+    starts no tag, and then no later `<` does either. Every character is
+    scanned a bounded number of times (linear time), and no slice is
+    longer than `chunk`.
+    """
+    pos, n, tags = 0, len(text), True
+    while pos < n:
+        lt = text.find("<", pos) if tags else -1
+        gt = text.find(">", lt + 1) if lt >= 0 else -1
+        if gt < 0:
+            tags, end = False, n
+        else:
+            end = lt
+        while pos < end:
+            stop = min(end, pos + chunk)
+            yield text[pos:stop]
+            pos = stop
+        if gt >= 0:
+            yield " "
+            pos = gt + 1
+
+
+def _pieces(text, shorten=True):
+    """Space-separated pieces of the standardized text (before the quote
+    rule), streamed with each piece's length bounded.
+
+    With `shorten`, a piece longer than `MAX_TOKEN_LENGTH` characters (no
+    vocabulary token is) is shortened to one that maps to the same id:
+    leading and trailing quote runs become one quote and an over-long
+    core becomes `MAX_TOKEN_LENGTH + 1` copies of `#` (a character the
+    standardization never leaves, so the piece is out of vocabulary, as
+    the long original was).
+    """
+    carry = ""
+    short = _shorten if shorten else str
+    for part in _untagged(text):
+        part = _OTHER.sub(" ", _MARKS.sub(r" \1 ", part.translate(_LOWER)))
+        split = part.split(" ")
+        if len(split) == 1:
+            carry = short(carry + split[0])
+            continue
+        yield short(carry + split[0])
+        for piece in split[1:-1]:
+            yield short(piece)
+        carry = short(split[-1])
+    yield carry
+
+
+MAX_TOKEN_LENGTH = 256
+
+
+def _shorten(piece):
+    if len(piece) <= 2 * MAX_TOKEN_LENGTH + 2:
+        return piece
+    core = piece.strip("'")
+    lead = "'" if piece.startswith("'") else ""
+    if not core:
+        return lead
+    trail = "'" if piece.endswith("'") else ""
+    if len(core) > MAX_TOKEN_LENGTH:
+        core = "#" * (MAX_TOKEN_LENGTH + 1)
+    return lead + core + trail
+
+
+def _quote_rule(pieces):
+    """Apply `(^|\\s)'+|'+(\\s|$)` → space, piece by piece.
+
+    Yields `(core, lead_at_start, trail_at_end)` per piece. A leading quote
+    run is removed when the space before it (or the start) is still free;
+    a trailing run is removed together with the space after it, which is
+    then not free for the next piece: exactly the regex's leftmost,
+    non-overlapping matches, without its quadratic backtracking on long
+    quote runs.
+    """
+    free = True  # the separator before this piece (or ^) is unconsumed
+    for piece in pieces:
+        core, at_start = piece, False
+        if core.startswith("'") and free:
+            core = core.lstrip("'")
+            at_start = True
+        consumed = False
+        if core.endswith("'"):
+            core = core.rstrip("'")
+            consumed = True
+        free = not consumed
+        yield core, at_start, consumed
+
+
+def tokens(text, limit=None):
+    """The tokens of `text`, as `TextVectorization` with
+    `standardize_review` splits them; stops after `limit` tokens.
+
+    Linear in the length of `text`; memory beyond the input is bounded
+    (a few slices of 64k characters), whatever the input. A token longer
+    than `MAX_TOKEN_LENGTH` comes back as `MAX_TOKEN_LENGTH + 1` copies
+    of `#`: out of any vocabulary, as the original was.
+    """
+    count = 0
+    for core, _, _ in _quote_rule(_pieces(text)):
+        if limit is not None and count >= limit:
+            return
+        if core:
+            count += 1
+            yield core
 
 
 def standardize(text):
-    """The same steps as `keras_attn.text.standardize_review`."""
-    text = "".join(c.lower() if c < "\x80" else c for c in text)
-    text = _TAGS.sub(" ", text)
-    text = _MARKS.sub(r" \1 ", text)
-    text = _OTHER.sub(" ", text)
-    return _QUOTES.sub(" ", text)
+    """The same string as `keras_attn.text.standardize_review`."""
+    out, head, last = [], "", None
+    for core, at_start, consumed in _quote_rule(_pieces(text, False)):
+        if not out and at_start:
+            head = " "  # the quotes matched at ^ became a space
+        out.append(core)
+        last = consumed
+    text = head + " ".join(out)
+    return text + " " if last else text  # quotes matched at $
+
+
+def check_vocabulary(vocabulary, source="vocabulary"):
+    """Raise a `ValueError` unless `vocabulary` is a usable token list:
+    padding `""` first, then `[UNK]`, then at least one distinct token
+    with no whitespace in it."""
+    if len(vocabulary) < 3 or vocabulary[0] != "" or vocabulary[1] != "[UNK]":
+        raise ValueError(
+            "Expected a vocabulary of an empty padding line, '[UNK]' and "
+            f"at least one token. Received: {source} starting "
+            f"{vocabulary[:3]!r} ({len(vocabulary)} lines)"
+        )
+    seen = {}
+    for i, token in enumerate(vocabulary):
+        if token in seen:
+            raise ValueError(
+                f"Expected distinct tokens. Received: {source} has "
+                f"{token!r} on lines {seen[token] + 1} and {i + 1}"
+            )
+        seen[token] = i
+        if i > 0 and (not token or token.split() != [token]):
+            raise ValueError(
+                "Expected tokens without whitespace. Received: "
+                f"{source} line {i + 1} = {token!r}"
+            )
+    return vocabulary
+
+
+def parse_vocabulary(data, source="vocabulary"):
+    """Bytes (UTF-8, one token per line) to a checked token list."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"Expected a UTF-8 text vocabulary. Received: {source} "
+            f"({err.reason} at byte {err.start})"
+        ) from None
+    if text.endswith("\n"):
+        text = text[:-1]
+    return check_vocabulary(text.split("\n"), source)
 
 
 def read_vocabulary(path):
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    """A vocabulary file (one token per line), checked."""
+    if not os.path.isfile(path):
+        raise ValueError(f"No such vocabulary. Received: path={path!r}")
+    with open(path, "rb") as f:
+        return parse_vocabulary(f.read(), f"vocabulary {path!r}")
+
+
+_DTYPE_BYTES = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 6: 1, 7: 2, 9: 1, 10: 8}
+
+
+def _model_object(data):
+    from ai_edge_litert import schema_py_generated as schema
+
+    if len(data) < 16 or data[4:8] != b"TFL3":
+        raise ValueError("not a LiteRT flatbuffer (no 'TFL3' identifier)")
+    try:
+        return schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    except Exception as err:  # a malformed table: any decoding error
+        raise ValueError(
+            f"malformed flatbuffer ({type(err).__name__})"
+        ) from None
+
+
+def verify_model(data):
+    """Check a `.tflite` flatbuffer's structure before LiteRT loads it.
+
+    Every operator, tensor, buffer and signature index must be in range,
+    shapes non-negative, and constant buffers as large as their tensors.
+    Returns the decoded model object. Raises `ValueError` otherwise.
+    """
+    model = _model_object(data)
+    if model.version != 3 or not _seq(model.subgraphs):
+        raise ValueError("unsupported schema version or no subgraph")
+    buffers = _seq(model.buffers)
+    n_codes = len(_seq(model.operatorCodes))
+    for g, graph in enumerate(model.subgraphs):
+        tensors = _seq(graph.tensors)
+        n = len(tensors)
+        for tensor in tensors:
+            if not 0 <= tensor.buffer < max(len(buffers), 1):
+                raise ValueError(f"subgraph {g}: tensor buffer out of range")
+            shape = [int(d) for d in _seq(tensor.shape)]
+            if any(d < 0 for d in shape):
+                raise ValueError(f"subgraph {g}: negative tensor shape")
+            data = _seq(buffers[tensor.buffer].data) if buffers else []
+            size = _DTYPE_BYTES.get(tensor.type)
+            if len(data) and size and tensor.sparsity is None:
+                want = size * int(np.prod(shape, dtype=np.int64))
+                if len(data) < want:
+                    raise ValueError(f"subgraph {g}: constant too short")
+        ends = [*_seq(graph.inputs), *_seq(graph.outputs)]
+        for op in _seq(graph.operators):
+            if not 0 <= op.opcodeIndex < n_codes:
+                raise ValueError(f"subgraph {g}: opcode index out of range")
+            ends += [*_seq(op.inputs), *_seq(op.outputs)]
+            ends += list(_seq(op.intermediates))
+        if any(not -1 <= int(i) < n for i in ends):
+            raise ValueError(f"subgraph {g}: tensor index out of range")
+    for sig in _seq(model.signatureDefs):
+        if not 0 <= sig.subgraphIndex < len(model.subgraphs):
+            raise ValueError("signature subgraph out of range")
+        n = len(_seq(model.subgraphs[sig.subgraphIndex].tensors))
+        for item in [*_seq(sig.inputs), *_seq(sig.outputs)]:
+            if not 0 <= item.tensorIndex < n:
+                raise ValueError("signature tensor out of range")
+    for entry in _seq(model.metadata):
+        if not 0 <= entry.buffer < len(buffers):
+            raise ValueError("metadata buffer out of range")
+    return model
+
+
+def _seq(value):
+    """A flatbuffer vector field as a sequence (`None` → empty)."""
+    return [] if value is None else value
+
+
+def metadata(model):
+    """`{name: bytes}` of a verified model object's metadata entries."""
+    out = {}
+    for entry in model.metadata or []:
+        name = (
+            entry.name.decode()
+            if isinstance(entry.name, bytes)
+            else (entry.name)
+        )
+        data = model.buffers[entry.buffer].data
+        out[name] = bytes(bytearray(data)) if data is not None else b""
+    return out
+
+
+def load_verified(model_path):
+    """`(bytes, model object)` of a `.tflite` file that passed
+    `verify_model`; a `ValueError` naming the file otherwise."""
+    if not os.path.isfile(model_path):
+        raise ValueError(
+            f"No such LiteRT model. Received: model_path={model_path!r}"
+        )
+    with open(model_path, "rb") as f:
+        data = f.read()
+    try:
+        return data, verify_model(data)
+    except ValueError as err:
+        raise ValueError(
+            f"Not a valid LiteRT model: {model_path!r} ({err})"
+        ) from None
+
+
+def _interpreter(data, model_path, num_threads=None):
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        return Interpreter(model_content=data, num_threads=num_threads)
+    except (ValueError, RuntimeError) as err:
+        raise ValueError(
+            f"Not a valid LiteRT model: {model_path!r} ({err})"
+        ) from err
+
+
+def as_texts(texts, name="texts"):
+    """A list of strings: one string counts as one text."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, bytes):
+        raise ValueError(
+            f"Expected {name} to be a string or a list of strings. "
+            f"Received: {name} of type bytes"
+        )
+    texts = list(texts)
+    bad = [type(t).__name__ for t in texts if not isinstance(t, str)]
+    if bad:
+        raise ValueError(
+            f"Expected {name} to be a string or a list of strings. "
+            f"Received: items of type {sorted(set(bad))}"
+        )
+    return texts
 
 
 class Tokenizer:
     """Text → token ids, as the exported model expects: fixed-length rows,
-    or (`length=None`) one array per text of its own length."""
+    or (`length=None`) one array per text of its own length, at most
+    `max_tokens` long."""
 
-    def __init__(self, vocabulary, length):
+    def __init__(self, vocabulary, length, max_tokens=None):
         self.index = {tok: i for i, tok in enumerate(vocabulary) if i > 1}
         self.length = length
+        self.max_tokens = max_tokens
+
+    def ids(self, text, limit):
+        return [self.index.get(t, 1) for t in tokens(text, limit)]
 
     def __call__(self, texts):
+        texts = as_texts(texts)
         if self.length is None:  # each review's own tokens (at least one)
             return [
-                np.array(
-                    [self.index.get(t, 1) for t in standardize(text).split()]
-                    or [0],
-                    "int32",
-                )
+                np.array(self.ids(text, self.max_tokens) or [0], "int32")
                 for text in texts
             ]
         ids = np.zeros((len(texts), self.length), "int32")
         for row, text in enumerate(texts):
-            tokens = standardize(text).split()[: self.length]
-            ids[row, : len(tokens)] = [self.index.get(t, 1) for t in tokens]
+            found = self.ids(text, self.length)
+            ids[row, : len(found)] = found
         return ids
 
 
 class LiteRTClassifier:
-    """A `.tflite` text classifier and its vocabulary.
+    """A `.tflite` text classifier with the vocabulary bound to it.
+
+    Models written by `keras_attn.export.export_text_tflite` carry their
+    vocabulary inside the flatbuffer (metadata `keras_attn.vocabulary`);
+    a `.tflite` without one needs `vocabulary_path`. Safe to share between
+    threads: calls into the interpreter are serialized by a lock.
 
     Args:
         model_path: the `.tflite` file.
-        vocabulary_path: one token per line; defaults to `vocabulary.txt`
-            beside the model.
+        vocabulary_path: one token per line, for models without an
+            embedded vocabulary. Defaults to `None`.
         num_threads: interpreter threads. Defaults to `None` (LiteRT's).
     """
 
     def __init__(self, model_path, vocabulary_path=None, num_threads=None):
-        from ai_edge_litert.interpreter import Interpreter
-
-        if not os.path.isfile(model_path):
-            raise ValueError(
-                f"No such LiteRT model. Received: model_path={model_path!r}"
+        data, model = load_verified(model_path)
+        meta = metadata(model)
+        config = {}
+        if METADATA_CONFIG in meta:
+            try:
+                config = json.loads(meta[METADATA_CONFIG].decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                raise ValueError(
+                    f"Not a valid LiteRT model: {model_path!r} (its "
+                    f"{METADATA_CONFIG} metadata is not JSON)"
+                ) from None
+        if vocabulary_path is not None:
+            vocabulary = read_vocabulary(vocabulary_path)
+        elif METADATA_VOCABULARY in meta:
+            vocabulary = parse_vocabulary(
+                meta[METADATA_VOCABULARY],
+                f"the vocabulary embedded in {model_path!r}",
             )
-        vocabulary_path = vocabulary_path or os.path.join(
-            os.path.dirname(model_path), "vocabulary.txt"
-        )
-        if not os.path.isfile(vocabulary_path):
+        else:
             raise ValueError(
-                "No vocabulary beside the LiteRT model. Received: "
-                f"vocabulary_path={vocabulary_path!r}"
+                "This LiteRT model carries no vocabulary; pass the one it "
+                "was exported with. Received: vocabulary_path=None for "
+                f"model_path={model_path!r}"
             )
+        self.config = config
+        self.interpreter = _interpreter(data, model_path, num_threads)
+        self._lock = threading.Lock()
         try:
-            self.interpreter = Interpreter(
-                model_path=model_path, num_threads=num_threads
-            )
             self.runner = self.interpreter.get_signature_runner()
+            (spec,) = self.runner.get_input_details().values()
         except (ValueError, RuntimeError) as err:
             raise ValueError(
-                f"Not a valid LiteRT model: {model_path!r} ({err})"
-            ) from err
-        (spec,) = self.runner.get_input_details().values()
-        self.batch_size, length = spec["shape"]
+                f"Expected a LiteRT text model with one token input. "
+                f"Received: {model_path!r} ({err})"
+            ) from None
+        self.batch_size, length = (int(d) for d in spec["shape"])
         # A model exported with `dynamic_length=True` has a -1 time axis: it
         # takes each review's own tokens (and cuts them at its length).
         self.dynamic = int(spec["shape_signature"][1]) == -1
         self.tokenizer = Tokenizer(
-            read_vocabulary(vocabulary_path), None if self.dynamic else length
+            vocabulary,
+            None if self.dynamic else length,
+            max_tokens=config.get("max_length"),
         )
+
+    def _run(self, **inputs):
+        with self._lock:
+            try:
+                out = self.runner(**inputs)
+            except (ValueError, RuntimeError) as err:
+                raise ValueError(
+                    f"The LiteRT model failed to run: {err}"
+                ) from None
+            return {k: np.array(v) for k, v in out.items()}
 
     def _predict_each(self, rows):
         """Variable-length rows one at a time; outputs padded with zeros
         on their last axis to the widest (the attention's time axis)."""
-        outs = [self.runner(tokens=row[None]) for row in rows]
+        outs = [self._run(tokens=row[None]) for row in rows]
         if not outs:  # no texts: no outputs, as the fixed-length path
             return {}
         stacked = {}
@@ -132,7 +464,7 @@ class LiteRTClassifier:
                 chunk = np.concatenate(
                     [chunk, np.zeros((pad, chunk.shape[1]), "int32")]
                 )
-            out = self.runner(tokens=chunk)
+            out = self._run(tokens=chunk)
             for name, value in out.items():
                 outputs.setdefault(name, []).append(
                     value[: self.batch_size - pad]
@@ -140,7 +472,8 @@ class LiteRTClassifier:
         return {k: np.concatenate(v) for k, v in outputs.items()}
 
     def predict(self, texts):
-        return self.predict_ids(self.tokenizer(list(texts)))
+        """Outputs for `texts` (a list of strings, or one string)."""
+        return self.predict_ids(self.tokenizer(as_texts(texts)))
 
 
 _SENT_SPACES = re.compile("[\u202f\u00a0\u2009]")
@@ -150,7 +483,7 @@ _SENT_WS = re.compile(r"[\t\n\f\r ]+")
 
 def standardize_sentence(text):
     """The same steps as `keras_attn.text.standardize_sentence`."""
-    text = "".join(c.lower() if c < "\x80" else c for c in text)
+    text = text.translate(_LOWER)
     text = _SENT_SPACES.sub(" ", text)
     text = _SENT_PUNCT.sub(r" \1 ", text)
     text = text.replace("'", "' ")
@@ -160,6 +493,8 @@ def standardize_sentence(text):
 class LiteRTTranslator:
     """Greedy translation with the `encode`/`step` LiteRT signatures.
 
+    Safe to share between threads (one lock around each translation).
+
     Args:
         model_path: the `.tflite` file from `export_seq2seq_tflite`.
         folder: where `source_vocabulary.txt` and `target_vocabulary.txt`
@@ -168,8 +503,6 @@ class LiteRTTranslator:
     """
 
     def __init__(self, model_path, folder=None, max_length=20):
-        from ai_edge_litert.interpreter import Interpreter
-
         folder = folder or os.path.dirname(os.path.abspath(model_path))
         self.source_vocab = read_vocabulary(
             os.path.join(folder, "source_vocabulary.txt")
@@ -178,10 +511,25 @@ class LiteRTTranslator:
             os.path.join(folder, "target_vocabulary.txt")
         )
         self.index = {t: i for i, t in enumerate(self.source_vocab) if i > 1}
-        self.interpreter = Interpreter(model_path=model_path)
-        self.encode = self.interpreter.get_signature_runner("encode")
-        self.step = self.interpreter.get_signature_runner("step")
+        data, _ = load_verified(model_path)
+        self.interpreter = _interpreter(data, model_path)
+        self._lock = threading.Lock()
+        try:
+            self.encode = self.interpreter.get_signature_runner("encode")
+            self.step = self.interpreter.get_signature_runner("step")
+        except (ValueError, RuntimeError) as err:
+            raise ValueError(
+                "Expected a LiteRT translator with 'encode' and 'step' "
+                f"signatures. Received: {model_path!r} ({err})"
+            ) from None
         self.length = self.encode.get_input_details()["source"]["shape"][1]
+        if "[start]" not in self.target_vocab or (
+            "[end]" not in self.target_vocab
+        ):
+            raise ValueError(
+                "Expected '[start]' and '[end]' in the target vocabulary. "
+                f"Received: {os.path.join(folder, 'target_vocabulary.txt')!r}"
+            )
         self.start = self.target_vocab.index("[start]")
         self.end = self.target_vocab.index("[end]")
         self.max_length = max_length
@@ -192,15 +540,19 @@ class LiteRTTranslator:
 
     def source_ids(self, text):
         ids = np.zeros((1, self.length), "int32")
-        tokens = standardize_sentence(text).split(" ")[: self.length]
-        tokens = [t for t in tokens if t]
-        ids[0, : len(tokens)] = [self.index.get(t, 1) for t in tokens]
+        found = [t for t in standardize_sentence(text).split(" ") if t]
+        found = found[: self.length]
+        ids[0, : len(found)] = [self.index.get(t, 1) for t in found]
         return ids
 
     def translate_ids(self, text):
+        with self._lock:
+            return self._translate_ids(text)
+
+    def _translate_ids(self, text):
         source = self.source_ids(text)
         enc = self.encode(source=source)
-        memory, state = enc["memory"], enc["state"]
+        memory, state = np.array(enc["memory"]), np.array(enc["state"])
         mask = source != 0
         prev, out = self.start, []
         for _ in range(self.max_length):
@@ -213,7 +565,7 @@ class LiteRTTranslator:
             logits = np.array(res["logits"][0], "float32")
             logits[self.banned] = -np.inf
             prev = int(np.argmax(logits))
-            state = res["state"]
+            state = np.array(res["state"])
             if prev == self.end:
                 break
             out.append(prev)

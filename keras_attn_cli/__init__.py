@@ -1,0 +1,195 @@
+"""The `keras-attn` command line: argument parsing only.
+
+This package imports nothing heavy, so `keras-attn --help` and argument
+errors answer at once; TensorFlow and Keras are imported (quietly, unless
+`--verbose`) only once a command runs, from `keras_attn.cli`.
+"""
+
+import argparse
+import contextlib
+import os
+import sys
+
+DESCRIPTION = """keras_attn: attention layers, their example models, export.
+
+With no command, classifies sample reviews with the shipped IMDB model and
+translates a few sentences (or runs a one-minute demo when no model is
+found). Models are looked up in --models, else $KERAS_ATTN_MODELS, else
+./saved_models, else saved_models/ beside a source checkout."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _texts(p, required_help):
+    p.add_argument("text", nargs="*", help=required_help)
+    p.add_argument(
+        "--file",
+        default=None,
+        metavar="PATH",
+        help="read texts from a file, one per line ('-' for stdin)",
+    )
+
+
+def build_parser():
+    parser = _Parser(
+        prog="keras-attn",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's logs and full tracebacks",
+    )
+    parser.add_argument(
+        "--models",
+        default=None,
+        metavar="DIR",
+        help="folder of shipped models (default: $KERAS_ATTN_MODELS, "
+        "./saved_models, or the checkout's saved_models/)",
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    p = sub.add_parser("classify", help="classify reviews (the default)")
+    _texts(p, "reviews (default: samples)")
+    p.add_argument("--model", default=None, help="a .keras text model")
+    p = sub.add_parser("demo", help="train a tiny model on a generated task")
+    p.add_argument("--epochs", type=int, default=8)
+    p = sub.add_parser("explain", help="attention HTML + PNG for one text")
+    p.add_argument("model", help="a .keras text model or its folder")
+    p.add_argument("text", nargs="?", default=None)
+    p.add_argument(
+        "--file", default=None, metavar="PATH", help="the text from a file"
+    )
+    p.add_argument("--out", default="explain_out", help="output folder")
+    p = sub.add_parser("export", help="SavedModel and/or LiteRT export")
+    p.add_argument("model", help="a .keras raw-text model or its folder")
+    p.add_argument("--saved-model", default=None, help="target folder")
+    p.add_argument("--tflite", default=None, help="target .tflite file")
+    p.add_argument(
+        "--quantize",
+        default="none",
+        choices=["none", "float16", "dynamic", "int8"],
+        help="LiteRT weights: float32 (none), float16, dynamic-range int8 "
+        "(int8 weights, float activations), or int8: full-integer int8 "
+        "weights and activations, calibrated on --calibration texts "
+        "(slow for recurrent models: they are unrolled step by step)",
+    )
+    p.add_argument(
+        "--calibration", default=None, help="texts, one per line (int8)"
+    )
+    p.add_argument(
+        "--dynamic-length",
+        action="store_true",
+        help="LiteRT input of variable length: each text runs at its own "
+        "length (recurrent models get faster; not with int8)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace destinations that are not earlier exports",
+    )
+    p = sub.add_parser("translate", help="English to French (shipped model)")
+    _texts(p, "English sentences")
+    p.add_argument("--model", default=None, help="translator folder")
+    p.add_argument(
+        "--alignment", action="store_true", help="print the first alignment"
+    )
+    p.add_argument("--allow-unsafe-ops", action="store_true")
+    p = sub.add_parser("align", help="translation alignment heatmap (PNG)")
+    p.add_argument("model", help="translator folder or its saved_model")
+    p.add_argument("text")
+    p.add_argument("--out", default="alignment.png")
+    p.add_argument("--allow-unsafe-ops", action="store_true")
+    p = sub.add_parser("predict", help="run a .keras, SavedModel or .tflite")
+    p.add_argument("artifact")
+    _texts(p, "texts to classify")
+    p.add_argument(
+        "--vocabulary",
+        default=None,
+        help="for a .tflite without an embedded vocabulary",
+    )
+    p.add_argument(
+        "--allow-unsafe-ops",
+        action="store_true",
+        help="run a SavedModel whose graph touches files or calls Python",
+    )
+    return parser
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Send file descriptor 2 (where TensorFlow's and LiteRT's C++ logs
+    go, bypassing Python) to /dev/null; Python's `sys.stderr` keeps
+    writing to the real standard error."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    real = os.fdopen(saved, "w", buffering=1, encoding="utf-8")
+    old = sys.stderr
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        sys.stderr = real
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        sys.stderr = old
+        real.close()
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        args = build_parser().parse_args([*argv, "classify"])
+    if args.verbose:
+        return _run(args)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    import warnings
+
+    with warnings.catch_warnings(), _quiet_native_stderr():
+        warnings.simplefilter("ignore")
+        return _run(args)
+
+
+def _run(args):
+    try:
+        from keras_attn import cli
+
+        if not args.verbose:
+            cli.quiet()
+        return cli.run(args)
+    except KeyboardInterrupt:
+        print("keras-attn: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, RuntimeError, OSError) as err:
+        if args.verbose:
+            raise
+        print(f"keras-attn: error: {_first_line(err)}", file=sys.stderr)
+        return 2
+    except Exception as err:  # anything else: one clean line
+        if args.verbose:
+            raise
+        print(
+            f"keras-attn: error: {type(err).__name__}: {_first_line(err)} "
+            "(--verbose shows the traceback)",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _first_line(err):
+    text = str(err).strip() or type(err).__name__
+    if isinstance(err, OSError) and err.strerror:
+        where = err.filename and f" ({err.filename})" or ""
+        return f"{err.strerror}{where}"
+    return text.splitlines()[0]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

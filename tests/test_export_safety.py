@@ -1,0 +1,204 @@
+"""Export never loses a user's files: destinations, atomicity, vocabularies.
+
+Every case here lost data or wrote half an export on the 0.1 exporter.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from keras_attn import export, litert_runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def model():
+    from test_export import build_text_model
+
+    return build_text_model(encoder="attention")
+
+
+def tree(folder):
+    """`{relative path: bytes}` of every file under `folder`."""
+    out = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, folder)] = f.read()
+    return out
+
+
+def test_saved_model_refuses_a_folder_of_user_files(model, tmp_path):
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="not an earlier SavedModel"):
+        export.export_saved_model(model, str(user))
+    assert tree(user) == {"notes.txt": b"keep me"}
+    export.export_saved_model(model, str(user), overwrite=True)
+    assert (user / "saved_model.pb").is_file()
+
+
+def test_an_earlier_artifact_of_the_same_kind_is_replaced(model, tmp_path):
+    sm, lite = tmp_path / "sm", tmp_path / "m.tflite"
+    export.export_text_model(model, saved_model=str(sm), tflite=str(lite))
+    export.export_text_model(model, saved_model=str(sm), tflite=str(lite))
+    assert export.is_saved_model_dir(sm) and export.is_tflite_file(lite)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tflite", "sm"]
+
+
+def test_never_the_working_directory_or_its_ancestors(
+    model, tmp_path, monkeypatch
+):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "data.csv").write_text("1,2")
+    monkeypatch.chdir(work)
+    for dest in (".", str(work), str(tmp_path), "/"):
+        with pytest.raises(ValueError, match="Refusing to replace"):
+            export.export_saved_model(model, dest, overwrite=True)
+    assert tree(work) == {"data.csv": b"1,2"}
+
+
+def test_never_the_input_model_or_its_folder(model, tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    source = folder / "model.keras"
+    model.save(str(source))
+    before = tree(folder)
+    for kind, dest in (
+        ("saved_model", folder),
+        ("tflite", source),
+        ("saved_model", tmp_path),
+    ):
+        with pytest.raises(ValueError, match="Refusing to replace"):
+            export.export_text_model(
+                model,
+                **{kind: str(dest)},
+                overwrite=True,
+                protect=[str(source)],
+            )
+    assert tree(folder) == before
+
+
+def test_kinds_are_never_swapped(model, tmp_path):
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    (folder / "vocabulary.txt").write_text("x")
+    text_file = tmp_path / "report.txt"
+    text_file.write_text("mine")
+    with pytest.raises(ValueError, match="is a folder, not an earlier"):
+        export.export_text_tflite(model, str(folder))
+    with pytest.raises(ValueError, match="is a file, not an earlier"):
+        export.export_saved_model(model, str(text_file))
+    with pytest.raises(ValueError, match="is a file, not an earlier LiteRT"):
+        export.export_text_tflite(model, str(text_file))
+    assert (folder / "vocabulary.txt").read_text() == "x"
+    assert text_file.read_text() == "mine"
+
+
+def test_combined_export_is_validated_before_anything_is_written(
+    model, tmp_path
+):
+    with pytest.raises(ValueError, match="calibration"):
+        export.export_text_model(
+            model,
+            saved_model=str(tmp_path / "sm"),
+            tflite=str(tmp_path / "m.tflite"),
+            quantize="int8",
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_combined_export_is_all_or_nothing(model, tmp_path, monkeypatch):
+    """The second move fails: the first is undone, the earlier artifacts
+    are back, no temporary folder is left."""
+    sm, lite = tmp_path / "sm", tmp_path / "m.tflite"
+    export.export_text_model(model, saved_model=str(sm), tflite=str(lite))
+    before = tree(tmp_path)
+    calls = []
+    swap = export._Stage.swap
+
+    def failing_swap(stage):
+        calls.append(stage.target)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        swap(stage)
+
+    monkeypatch.setattr(export._Stage, "swap", failing_swap)
+    with pytest.raises(OSError, match="No space left"):
+        export.export_text_model(model, saved_model=str(sm), tflite=str(lite))
+    assert tree(tmp_path) == before
+
+
+def test_a_failing_write_leaves_nothing(model, tmp_path, monkeypatch):
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "_write_saved_model", full_disk)
+    with pytest.raises(OSError):
+        export.export_saved_model(model, str(tmp_path / "sm"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_two_models_in_one_folder_keep_their_own_vocabulary(model, tmp_path):
+    from test_export import TEXTS, build_text_model
+
+    other = build_text_model(encoder="rnn")
+    vec, _ = export.split_text_model(other)
+    vec.adapt(np.array(TEXTS[30:] + ["zebra quantum"] * 5, dtype=object))
+    a, b = str(tmp_path / "a.tflite"), str(tmp_path / "b.tflite")
+    export.export_text_tflite(model, a)
+    export.export_text_tflite(other, b)
+    assert sorted(os.listdir(tmp_path)) == ["a.tflite", "b.tflite"]
+    texts = TEXTS[:8]
+    for path, keras_model in ((a, model), (b, other)):
+        got = litert_runtime.LiteRTClassifier(path).predict(texts)
+        want = keras_model.predict(np.array(texts, dtype=object), verbose=0)
+        np.testing.assert_allclose(
+            got["probability"], want["probability"], atol=1e-4
+        )
+
+
+def test_a_different_vocabulary_file_is_not_overwritten(model, tmp_path):
+    vec, _ = export.split_text_model(model)
+    path = tmp_path / "vocabulary.txt"
+    export.write_vocabulary(vec, str(path))
+    export.write_vocabulary(vec, str(path))  # the same tokens: fine
+    path.write_text("\n[UNK]\nother\n")
+    with pytest.raises(ValueError, match="another vocabulary"):
+        export.write_vocabulary(vec, str(path))
+    assert path.read_text() == "\n[UNK]\nother\n"
+
+
+def test_stale_temporaries_of_killed_exports_are_removed(model, tmp_path):
+    import tempfile
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    stale = tmp_path / f".tmp-export-{dead}-abc"
+    stale.mkdir()
+    (stale / "new").write_text("half")
+    scratch = os.path.join(
+        tempfile.gettempdir(), f"keras-attn-scratch-{dead}-x"
+    )
+    os.makedirs(scratch, exist_ok=True)
+    mine = tmp_path / f".tmp-export-{os.getpid()}-live"
+    mine.mkdir()
+    export.export_text_tflite(model, str(tmp_path / "m.tflite"))
+    assert not stale.exists() and not os.path.exists(scratch)
+    assert mine.exists()  # a live process's folder is left alone
+    left = [
+        n
+        for n in os.listdir(tempfile.gettempdir())
+        if n.startswith(f"keras-attn-scratch-{os.getpid()}-")
+    ]
+    assert left == []
