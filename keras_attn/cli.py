@@ -217,10 +217,13 @@ def saved_classifier(path, allow_unsafe=False):
             f"of strings. Received: {path!r} with inputs {specs}"
         )
     if "probability" not in fn.structured_outputs:
+        hint = ""
+        if "translate" in loaded.signatures:
+            hint = " (a translator: run it with `keras-attn translate`)"
         raise ValueError(
             "Expected a SavedModel whose serving_default returns "
             f"'probability'. Received: {path!r} with outputs "
-            f"{sorted(fn.structured_outputs)}"
+            f"{sorted(fn.structured_outputs)}{hint}"
         )
     return fn
 

@@ -126,19 +126,28 @@ def _quiet_native_stderr():
     go, bypassing Python) to /dev/null; Python's `sys.stderr` keeps
     writing to the real standard error."""
     sys.stderr.flush()
+    try:
+        python_on_fd2 = sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        python_on_fd2 = False  # captured (e.g. by pytest): leave it be
     saved = os.dup(2)
-    real = os.fdopen(saved, "w", buffering=1, encoding="utf-8")
     old = sys.stderr
+    real = None
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
-        sys.stderr = real
+        if python_on_fd2:
+            real = os.fdopen(saved, "w", buffering=1, encoding="utf-8")
+            sys.stderr = real
         yield
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)
         sys.stderr = old
-        real.close()
+        if real is not None:
+            real.close()
+        else:
+            os.close(saved)
 
 
 def main(argv=None):

@@ -1,0 +1,350 @@
+"""`keras-attn` as a new user (and an attacker) meets it.
+
+Each case ended in a traceback, a silent wrong answer or a lost file on
+the 0.1 command line. Most run in-process (`keras_attn_cli.main`); the
+ones about start-up cost and log output run the real command.
+"""
+
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+import keras_attn_cli
+from keras_attn import export
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = os.path.join(ROOT, "saved_models")
+TRANSLATOR = os.path.join(SHIPPED, "translation_en_fr")
+IMDB = os.path.join(SHIPPED, "imdb_ssa")
+PROBE = "/tmp/keras_attn_safe_mode_probe"
+
+
+def cli(capsys, *args, stdin=None, monkeypatch=None):
+    if stdin is not None:
+        import io
+
+        monkeypatch.setattr(
+            sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode()))
+        )
+    code = keras_attn_cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_clean_error(code, err, needle):
+    assert code == 2, err
+    assert err.startswith("keras-attn: error:"), err
+    assert "Traceback" not in err
+    assert needle in err, err
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from test_export import build_text_model
+
+    folder = tmp_path_factory.mktemp("cli")
+    model = build_text_model(encoder="attention")
+    model.save(str(folder / "model.keras"))
+    export.export_text_model(
+        model,
+        saved_model=str(folder / "sm"),
+        tflite=str(folder / "model.tflite"),
+    )
+    return folder, model
+
+
+def test_help_and_argument_errors_do_not_import_tensorflow():
+    script = (
+        "import sys, keras_attn_cli\n"
+        "for argv in (['--help'], ['predict'], ['export', 'm', '--quantize',"
+        " 'bad']):\n"
+        "    try:\n"
+        "        keras_attn_cli.main(argv)\n"
+        "    except SystemExit as e:\n"
+        "        assert e.code in (0, 2), e.code\n"
+        "print('tensorflow' in sys.modules, 'keras' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "False False"
+
+
+def test_the_commands_own_output_is_the_only_output(files):
+    folder, _ = files
+    for artifact in (folder / "sm", folder / "model.tflite"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "keras_attn_cli", "predict", str(artifact)]
+            + ["great film"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == "", proc.stderr
+        assert len(proc.stdout.strip().splitlines()) == 1
+
+
+def test_predict_reads_files_and_stdin(files, tmp_path, capsys, monkeypatch):
+    folder, model = files
+    long_text = "great film " * 30_000  # ~330 kB: too long for argv
+    texts = ["awful plot", long_text]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    want = model.predict(np.array(texts, dtype=object), verbose=0)
+    code, out, err = cli(
+        capsys,
+        "predict",
+        str(folder / "model.tflite"),
+        "--file",
+        str(tmp_path / "in.txt"),
+    )
+    assert code == 0, err
+    got = [float(line.split("\t")[0]) for line in out.splitlines()]
+    np.testing.assert_allclose(got, want["probability"][:, 0], atol=1e-4)
+    code, out2, err = cli(
+        capsys,
+        "predict",
+        str(folder / "model.tflite"),
+        "--file",
+        "-",
+        stdin="\n".join(texts),
+        monkeypatch=monkeypatch,
+    )
+    assert code == 0 and out2 == out, err
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00")
+    code, _, err = cli(
+        capsys,
+        "predict",
+        str(folder / "model.tflite"),
+        "--file",
+        str(tmp_path / "bin.txt"),
+    )
+    assert_clean_error(code, err, "--file=")
+
+
+@pytest.mark.parametrize("artifact", ["model.keras", "sm", "model.tflite"])
+def test_no_known_word_gets_no_verdict(files, capsys, artifact):
+    folder, _ = files
+    code, out, err = cli(
+        capsys,
+        "predict",
+        str(folder / artifact),
+        "",
+        "   ",
+        "\U0001f600",
+        "great film",
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert all("no known word" in line for line in lines[:3]), out
+    assert "no known word" not in lines[3] and "..." not in lines[3]
+
+
+def test_wrong_model_for_the_command(files, capsys):
+    folder, _ = files
+    code, _, err = cli(
+        capsys, "predict", os.path.join(TRANSLATOR, "saved_model"), "hi"
+    )
+    assert_clean_error(code, err, "keras-attn translate")
+    code, _, err = cli(capsys, "translate", "--model", IMDB, "hi")
+    assert_clean_error(code, err, "'translate' signature")
+    code, _, err = cli(capsys, "align", str(folder / "sm"), "hi")
+    assert_clean_error(code, err, "'translate' signature")
+
+
+def test_empty_inputs(files, tmp_path, capsys):
+    folder, _ = files
+    code, _, err = cli(capsys, "translate", "--model", TRANSLATOR, "")
+    assert_clean_error(code, err, "non-empty sentence")
+    out_png = tmp_path / "a.png"
+    code, _, err = cli(capsys, "align", TRANSLATOR, " ", "--out", str(out_png))
+    assert_clean_error(code, err, "non-empty sentence")
+    assert not out_png.exists()
+    code, _, err = cli(capsys, "explain", str(folder / "model.keras"), "")
+    assert_clean_error(code, err, "non-empty text")
+    code, _, err = cli(
+        capsys, "explain", str(folder / "model.keras"), "\U0001f600 zzqqxx"
+    )
+    assert_clean_error(code, err, "No known word")
+
+
+def test_explain_out_naming_a_file(files, tmp_path, capsys):
+    folder, _ = files
+    mine = tmp_path / "report"
+    mine.write_text("mine")
+    code, _, err = cli(
+        capsys,
+        "explain",
+        str(folder / "model.keras"),
+        "great film",
+        "--out",
+        str(mine),
+    )
+    assert_clean_error(code, err, "--out=")
+    assert mine.read_text() == "mine"
+
+
+def saved_module(path, fn, signature="serving_default"):
+    import tensorflow as tf
+
+    module = tf.Module()
+    module.f = fn
+    tf.saved_model.save(module, str(path), signatures={signature: fn})
+
+
+def test_bad_saved_models(tmp_path, capsys):
+    import tensorflow as tf
+
+    string = tf.TensorSpec([None], tf.string)
+
+    @tf.function(input_signature=[string])
+    def no_probability(texts):
+        return {"score": tf.zeros_like(texts, tf.float32)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def numbers(x):
+        return {"probability": x}
+
+    saved_module(tmp_path / "other_key", no_probability, "classify")
+    saved_module(tmp_path / "no_prob", no_probability)
+    saved_module(tmp_path / "numbers", numbers)
+    saved_module(tmp_path / "no_vars", no_probability)
+    import shutil
+
+    shutil.rmtree(tmp_path / "no_vars" / "variables")
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "saved_model.pb").write_bytes(b"\x0a\xff" * 50)
+    cases = {
+        "other_key": "'serving_default' signature",
+        "no_prob": "returns 'probability'",
+        "numbers": "one batch of strings",
+        "no_vars": "variables.index",
+        "corrupt": "Not a valid SavedModel",
+    }
+    for name, needle in cases.items():
+        code, _, err = cli(capsys, "predict", str(tmp_path / name), "hi")
+        assert_clean_error(code, err, needle)
+
+
+def test_saved_models_that_touch_files_are_refused(tmp_path, capsys):
+    import tensorflow as tf
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret")
+    written = tmp_path / "pwned.txt"
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def evil(texts):
+        tf.io.write_file(str(written), "x")
+        leak = tf.io.read_file(str(secret))
+        n = tf.cast(tf.strings.length(leak), tf.float32)
+        return {"probability": tf.zeros_like(texts, tf.float32) + n}
+
+    saved_module(tmp_path / "evil", evil)
+    code, out, err = cli(capsys, "predict", str(tmp_path / "evil"), "hi")
+    assert_clean_error(code, err, "ReadFile, WriteFile")
+    assert not written.exists() and out == ""
+
+
+def test_keras_files_load_in_safe_mode(tmp_path, capsys):
+    import keras
+
+    flag = PROBE
+    inp = keras.Input((), dtype="string")
+    out = keras.layers.Lambda(
+        lambda x: (open("/tmp/keras_attn_safe_mode_probe", "w").close(), x)[1]
+    )(inp)
+    keras.Model(inp, out).save(str(tmp_path / "lambda.keras"))
+    if os.path.exists(flag):
+        os.remove(flag)
+    code, _, err = cli(capsys, "predict", str(tmp_path / "lambda.keras"), "x")
+    assert_clean_error(code, err, "Could not load")
+    assert not os.path.exists(flag)
+
+
+def test_broken_keras_text_models(files, tmp_path, capsys):
+    import keras
+
+    folder, _ = files
+    source = folder / "model.keras"
+    stripped = tmp_path / "no_vocab.keras"
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(stripped, "w") as z:
+        for item in zin.infolist():
+            if not item.filename.startswith("assets/"):
+                z.writestr(item, zin.read(item.filename))
+    code, _, err = cli(capsys, "predict", str(stripped), "great film")
+    assert code == 2 and "Traceback" not in err, err
+    inp = keras.Input((), dtype="string")
+    vec = keras.layers.TextVectorization(
+        max_tokens=10, output_sequence_length=4
+    )
+    vec.adapt(np.array(["a b c"], dtype=object))
+    tensor_out = (
+        keras.layers.Lambda(lambda x: x)(vec(inp))
+        if False
+        else (keras.layers.Dense(1)(keras.ops.cast(vec(inp), "float32")))
+    )
+    keras.Model(inp, tensor_out).save(str(tmp_path / "tensor.keras"))
+    code, _, err = cli(capsys, "predict", str(tmp_path / "tensor.keras"), "a")
+    assert_clean_error(code, err, "dict with 'probability'")
+
+
+def test_export_errors_name_the_flags_and_write_nothing(
+    files, tmp_path, capsys, monkeypatch
+):
+    folder, _ = files
+    model = str(folder / "model.keras")
+    code, _, err = cli(
+        capsys,
+        "export",
+        model,
+        "--saved-model",
+        str(tmp_path / "sm"),
+        "--tflite",
+        str(tmp_path / "m.tflite"),
+        "--quantize",
+        "int8",
+    )
+    assert_clean_error(code, err, "--calibration")
+    code, _, err = cli(
+        capsys,
+        "export",
+        model,
+        "--tflite",
+        str(tmp_path / "m.tflite"),
+        "--calibration",
+        str(tmp_path / "missing.txt"),
+        "--quantize",
+        "int8",
+    )
+    assert_clean_error(code, err, "--calibration=")
+    code, _, err = cli(capsys, "export", model, "--saved-model", str(folder))
+    assert_clean_error(code, err, "Refusing to replace")
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "_write_saved_model", full_disk)
+    code, _, err = cli(
+        capsys, "export", model, "--saved-model", str(tmp_path / "sm")
+    )
+    assert_clean_error(code, err, "No space left on device")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_single_string_predict_in_python(files):
+    from keras_attn.litert_runtime import LiteRTClassifier
+
+    folder, _ = files
+    clf = LiteRTClassifier(str(folder / "model.tflite"))
+    one = clf.predict("great film")["probability"]
+    listed = clf.predict(["great film"])["probability"]
+    assert one.shape == (1, 1)
+    np.testing.assert_array_equal(one, listed)
