@@ -231,8 +231,10 @@ def saved_classifier(path, allow_unsafe=False):
 def load_translator(path, allow_unsafe=False):
     if os.path.isdir(os.path.join(path, "saved_model")):
         path = os.path.join(path, "saved_model")
-    if not os.path.isdir(path):
-        raise ValueError(f"No such translator folder. Received: {path!r}")
+    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+        raise ValueError(
+            f"No SavedModel translator in {path!r} (no saved_model.pb)."
+        )
     loaded = load_saved_model(path, allow_unsafe)
     return _signature(
         loaded,

@@ -31,6 +31,7 @@ METADATA_CONFIG = "keras_attn.config"
 _LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _MARKS = re.compile(r"([!?])")
 _OTHER = re.compile(r"[^a-z0-9!?' ]")
+_SPACE_RUN = re.compile(" {3,}")
 _CHUNK = 1 << 16  # characters standardized at a time
 
 
@@ -74,6 +75,11 @@ def _pieces(text, shorten=True):
     short = _shorten if shorten else str
     for part in _untagged(text):
         part = _OTHER.sub(" ", _MARKS.sub(r" \1 ", part.translate(_LOWER)))
+        if shorten:
+            # Two spaces leave the next piece's separator free whatever
+            # came before, as any longer run does: same tokens, fewer
+            # empty pieces to walk through.
+            part = _SPACE_RUN.sub("  ", part)
         split = part.split(" ")
         if len(split) == 1:
             carry = short(carry + split[0])

@@ -269,3 +269,27 @@ def test_mutated_tflite_files_are_refused_or_run_never_crash(
     )
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert "refused" in proc.stdout
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(max_size=300), max_size=4))
+def test_predict_fuzz_gives_a_finite_probability_per_text(tflite_model, texts):
+    _, path = tflite_model
+    clf = _classifier(path)
+    out = clf.predict(texts)
+    if not texts:
+        assert out == {}
+        return
+    probability = out["probability"]
+    assert probability.shape == (len(texts), 1)
+    assert np.all(np.isfinite(probability))
+    assert np.all((probability >= 0) & (probability <= 1))
+
+
+_CLASSIFIERS = {}
+
+
+def _classifier(path):
+    if path not in _CLASSIFIERS:
+        _CLASSIFIERS[path] = litert_runtime.LiteRTClassifier(path)
+    return _CLASSIFIERS[path]

@@ -1,0 +1,104 @@
+"""Time and memory of the numpy-only LiteRT tokenizer on hostile input.
+
+`python -m benchmarks.tokenizer [--sizes 1 50] [--old]` prints a Markdown
+table: for each input kind and size (in millions of characters), the
+seconds to tokenize one text for a 500-token model, for a model with no
+length limit (`standardize`, the whole text), and the peak resident memory
+above the input itself (each case in a fresh process, `ru_maxrss`).
+`--old` adds the 0.1 regex tokenizer (from git) at 0.2M characters.
+"""
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+
+KINDS = {
+    "review": "A <b>great</b> film, don't miss it!! 10/10 'quoted' caf\u00e9 ",
+    "'<' only": "<",
+    "quotes": "'",
+    "word'": "a'",
+    "emoji": "\U0001f600 ",
+    "spaces": " ",
+}
+
+CASE = """
+import json, resource, sys, time
+sys.modules["tensorflow"] = None
+import importlib.util
+path = "keras_attn/litert_runtime.py"
+spec = importlib.util.spec_from_file_location("rt", path)
+rt = importlib.util.module_from_spec(spec); spec.loader.exec_module(rt)
+unit, n = json.loads(sys.argv[1]), int(sys.argv[2])
+text = (unit * (n // len(unit) + 1))[:n]
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+tok = rt.Tokenizer(["", "[UNK]", "great", "film"], 500)
+t0 = time.perf_counter(); tok([text]); t1 = time.perf_counter()
+bounded_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+rt.standardize(text); t2 = time.perf_counter()
+print(json.dumps([t1 - t0, t2 - t1, bounded_mb]))
+"""
+
+OLD = """
+import re, sys, time
+_T = re.compile(r"<[^>]*>"); _M = re.compile(r"([!?])")
+_O = re.compile(r"[^a-z0-9!?' ]"); _Q = re.compile(r"(^|\\s)'+|'+(\\s|$)")
+def std(t):
+    t = "".join(c.lower() if c < "\\x80" else c for c in t)
+    return _Q.sub(" ", _O.sub(" ", _M.sub(r" \\1 ", _T.sub(" ", t))))
+text = sys.argv[1] * 200_000
+t0 = time.perf_counter(); std(text); print(time.perf_counter() - t0)
+"""
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=float, nargs="+", default=[1, 50])
+    parser.add_argument("--old", action="store_true")
+    args = parser.parse_args(argv)
+    print(
+        f"`python -m benchmarks.tokenizer {' '.join(argv or sys.argv[1:])}`"
+        f" — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{platform.machine()}, {platform.python_version()}\n"
+    )
+    print(
+        "| input | M chars | tokens (500 max) s | standardize (all) s "
+        "| extra peak RSS, tokens MiB |"
+    )
+    print("|---|---|---|---|---|")
+    for name, unit in KINDS.items():
+        for size in args.sizes:
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    CASE,
+                    json.dumps(unit),
+                    str(int(size * 1e6)),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            t_tok, t_std, mem = json.loads(proc.stdout)
+            print(
+                f"| {name} | {size:g} | {t_tok:.3f} | {t_std:.2f} | {mem:.1f} |"
+            )
+    if args.old:
+        for unit in ("<", "'"):
+            proc = subprocess.run(
+                [sys.executable, "-c", OLD, unit],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            print(
+                f"\n0.1 tokenizer, {unit!r} × 200,000: "
+                f"{float(proc.stdout):.1f} s"
+            )
+
+
+if __name__ == "__main__":
+    main()
