@@ -202,3 +202,18 @@ def test_stale_temporaries_of_killed_exports_are_removed(model, tmp_path):
         if n.startswith(f"keras-attn-scratch-{os.getpid()}-")
     ]
     assert left == []
+
+
+def test_an_unwritable_destination_fails_before_any_work(
+    model, tmp_path, monkeypatch
+):
+    """Root ignores permission bits, so the check is made to see a
+    read-only folder; the export must stop before converting anything."""
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    converted = []
+    monkeypatch.setattr(
+        export, "convert_tflite", lambda *a, **k: converted.append(1)
+    )
+    with pytest.raises(ValueError, match="permission denied"):
+        export.export_text_tflite(model, str(tmp_path / "m.tflite"))
+    assert converted == [] and list(tmp_path.iterdir()) == []

@@ -293,3 +293,34 @@ def _classifier(path):
     if path not in _CLASSIFIERS:
         _CLASSIFIERS[path] = litert_runtime.LiteRTClassifier(path)
     return _CLASSIFIERS[path]
+
+
+TRANSLATOR = os.path.join(ROOT, "saved_models", "translation_en_fr")
+
+
+@pytest.mark.skipif(
+    not os.path.isfile(os.path.join(TRANSLATOR, "model.tflite")),
+    reason="no translator shipped",
+)
+def test_one_translator_shared_by_threads():
+    path = os.path.join(TRANSLATOR, "model.tflite")
+    proc = run_python(f"""
+        import threading
+        from keras_attn.litert_runtime import LiteRTTranslator
+        lite = LiteRTTranslator({path!r})
+        texts = ["I am tired.", "Where is the station?", "Thank you.",
+                 "She is reading a book."]
+        want = [lite.translate(t) for t in texts]
+        errors, calls = [], []
+        def work(k):
+            for i in range(25):
+                if lite.translate(texts[(i + k) % 4]) != want[(i + k) % 4]:
+                    errors.append(i)
+                calls.append(1)
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print("calls", len(calls), "errors", len(errors))
+    """)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "calls 100 errors 0" in proc.stdout
