@@ -8,7 +8,7 @@ from keras_attn.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.structured_self_attention import StructuredSelfAttention
 from keras_attn.text import standardize_review
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AdditiveAttention",

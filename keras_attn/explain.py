@@ -76,57 +76,123 @@ def top_tokens(result, k=8):
     return picked
 
 
-def _row(tokens, weights, color):
-    top = max(float(np.max(weights)), 1e-9)
-    spans = []
-    for tok, w in zip(tokens, weights, strict=True):
+_LOWER = str.maketrans(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz"
+)
+
+
+def token_spans(text, tokens):
+    """`(start, end)` of each token in the original `text`, or `None`.
+
+    Standardization only lowercases ASCII letters and turns characters into
+    spaces, so each token is a run of the ASCII-lowercased text; tokens are
+    found left to right.
+    """
+    lower, cursor, spans = text.translate(_LOWER), 0, []
+    for token in tokens:
+        at = lower.find(token, cursor) if token != "[UNK]" else -1
+        if at < 0:
+            spans.append(None)
+            continue
+        spans.append((at, at + len(token)))
+        cursor = at + len(token)
+    return spans
+
+
+def _highlight(text, tokens, weights, rgb):
+    """The original text (its casing and punctuation) with each attended
+    token's background set by its weight relative to the largest."""
+    top = max(float(np.max(weights)), 1e-9) if len(weights) else 1.0
+    parts, cursor = [], 0
+    for span, token, w in zip(
+        token_spans(text, tokens), tokens, weights, strict=True
+    ):
         alpha = float(w) / top
-        spans.append(
-            f'<span title="{w:.4f}" style="background:rgba({color},'
-            f'{alpha:.3f})">{html.escape(tok)}</span>'
-        )
-    return " ".join(spans)
+        ink = "#fff" if alpha > 0.55 else "#111"
+        style = f"background:rgba({rgb},{alpha:.3f});color:{ink}"
+        if span is None:
+            word = html.escape(token)
+        else:
+            parts.append(html.escape(text[cursor : span[0]]))
+            word = html.escape(text[span[0] : span[1]])
+            cursor = span[1]
+        parts.append(f'<span title="{w:.4f}" style="{style}">{word}</span>')
+    parts.append(html.escape(text[cursor:]))
+    return "".join(parts)
 
 
 def write_html(result, path):
-    """Tokens highlighted by attention: summed over hops, then each hop."""
+    """The text highlighted by attention: summed over hops, then per hop."""
     a = result["attention"]
+    text, tokens = result["text"], result["tokens"]
+    legend = (
+        "<p class='legend'>Background: the attention a word received, "
+        "relative to the most attended word of the same row (darkest = "
+        "most; hover a word for its weight). Attention sums to 1 over the "
+        "words of each hop.</p>"
+    )
     parts = [
         "<!doctype html><meta charset='utf-8'><title>attention</title>",
-        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}"
-        "p{line-height:1.9}span{padding:1px 2px;border-radius:3px}</style>",
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;"
+        "color:#111;background:#fff}p{line-height:1.9}"
+        "span{padding:1px 2px;border-radius:3px}"
+        ".legend{color:#444;font-size:90%}</style>",
         f"<h2>P(positive) = {result['probability']:.3f}</h2>",
+        legend,
         "<h3>Summed over hops</h3>",
-        f"<p>{_row(result['tokens'], a.sum(0), '220,40,40')}</p>",
+        f"<p>{_highlight(text, tokens, a.sum(0), '200,30,30')}</p>",
     ]
     for h in range(a.shape[0]):
         parts.append(f"<h4>Hop {h + 1}</h4>")
-        parts.append(f"<p>{_row(result['tokens'], a[h], '40,90,220')}</p>")
+        parts.append(f"<p>{_highlight(text, tokens, a[h], '30,80,200')}</p>")
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(parts))
     return path
 
 
-def write_heatmap(result, path, max_tokens=80):
-    """PNG heatmap of `A` (hops × tokens), first `max_tokens` tokens."""
+def write_heatmap(result, path, tokens_per_row=60):
+    """PNG heatmap of `A` (hops × tokens), wrapped `tokens_per_row` tokens
+    to a panel so that every token of a long text is shown."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    a = result["attention"][:, :max_tokens]
-    tokens = result["tokens"][:max_tokens]
-    fig, ax = plt.subplots(
-        figsize=(max(6, 0.22 * len(tokens)), 0.35 * a.shape[0] + 1.6)
+    a, tokens = result["attention"], result["tokens"]
+    hops, n = a.shape[0], max(len(tokens), 1)
+    rows = -(-n // tokens_per_row)
+    width = max(6, 0.2 * min(n, tokens_per_row) + 2)
+    fig, axes = plt.subplots(
+        rows,
+        1,
+        figsize=(width, rows * (0.3 * hops + 1.6) + 0.8),
+        squeeze=False,
+        layout="constrained",
     )
-    ax.imshow(a, aspect="auto", cmap="Reds")
-    ax.set_xticks(range(len(tokens)))
-    ax.set_xticklabels(tokens, rotation=90, fontsize=7)
-    ax.set_yticks(range(a.shape[0]))
-    ax.set_yticklabels([f"hop {i + 1}" for i in range(a.shape[0])], fontsize=7)
-    ax.set_title(f"P(positive) = {result['probability']:.3f}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    top = max(float(a.max()) if a.size else 0.0, 1e-9)
+    image = None
+    for r, ax in enumerate(axes[:, 0]):
+        lo, hi = r * tokens_per_row, min(n, (r + 1) * tokens_per_row)
+        image = ax.imshow(
+            a[:, lo:hi], aspect="auto", cmap="Reds", vmin=0, vmax=top
+        )
+        if rows > 1:  # the same cell width in every panel
+            ax.set_xlim(-0.5, tokens_per_row - 0.5)
+        ax.set_xticks(range(hi - lo))
+        ax.set_xticklabels(tokens[lo:hi], rotation=90, fontsize=7)
+        ax.set_yticks(range(hops))
+        ax.set_yticklabels([f"{i + 1}" for i in range(hops)], fontsize=7)
+        ax.set_ylabel("hop", fontsize=8)
+        ax.set_xlabel(f"tokens {lo + 1}-{hi} of {len(tokens)}", fontsize=8)
+    axes[0, 0].set_title(
+        f"Attention per hop over the tokens; P(positive) = "
+        f"{result['probability']:.3f}",
+        fontsize=9,
+    )
+    fig.colorbar(
+        image, ax=axes[:, 0].tolist(), label="attention weight", shrink=0.8
+    )
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 

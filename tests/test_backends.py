@@ -13,6 +13,8 @@ import sys
 import keras
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYER_SUITE = [
     "tests/test_attention.py",

@@ -77,6 +77,7 @@ def test_help_and_argument_errors_do_not_import_tensorflow():
     assert proc.stdout.strip().splitlines()[-1] == "False False"
 
 
+@pytest.mark.slow
 def test_the_commands_own_output_is_the_only_output(files):
     folder, _ = files
     for artifact in (folder / "sm", folder / "model.tflite"):

@@ -80,6 +80,7 @@ def as_batch(texts):
     return np.array(texts, dtype=object)
 
 
+@pytest.mark.slow
 def test_saved_model_fresh_process_without_keras_attn(text_model, tmp_path):
     path = str(tmp_path / "sm")
     export.export_saved_model(text_model, path)
@@ -253,6 +254,7 @@ def run_cli(*args):
     )
 
 
+@pytest.mark.slow
 def test_cli_export_and_predict_agree(text_model, tmp_path):
     model_path = str(tmp_path / "model.keras")
     text_model.save(model_path)
@@ -283,6 +285,7 @@ def test_cli_export_and_predict_agree(text_model, tmp_path):
     np.testing.assert_allclose(results[2], results[0], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_cli_errors_are_clean_and_leave_nothing(text_model, tmp_path):
     model_path = tmp_path / "model.keras"
     text_model.save(str(model_path))
@@ -329,6 +332,7 @@ def test_cli_errors_are_clean_and_leave_nothing(text_model, tmp_path):
     assert not [n for n in leftovers if n.startswith(".tmp-export")]
 
 
+@pytest.mark.slow
 def test_litert_runtime_needs_no_tensorflow(attention_model, tmp_path):
     path = str(tmp_path / "m.tflite")
     export.export_text_tflite(attention_model, path)

@@ -21,6 +21,7 @@ needs_data = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @needs_data
 def test_main_tiny_slice_and_artifacts(tmp_path):
     import imdb_classification as ex
@@ -121,6 +122,7 @@ def test_sparse_input_dropout_drops_and_rescales():
     assert len(v.values) == full and np.all(np.asarray(v.values) == 1.0)
 
 
+@pytest.mark.slow
 @needs_data
 def test_explain_cli_writes_html_and_png(tmp_path):
     import imdb_classification as ex
@@ -172,6 +174,7 @@ def test_explain_cli_writes_html_and_png(tmp_path):
     assert (out / "attention.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_cli_errors_cleanly_on_bad_model(tmp_path):
     bad = tmp_path / "model.keras"
     bad.write_bytes(b"not a zip file")

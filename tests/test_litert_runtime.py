@@ -193,6 +193,7 @@ def run_python(script, timeout=300):
     )
 
 
+@pytest.mark.slow
 def test_one_classifier_shared_by_threads(tflite_model):
     """8 threads × 100 calls on one `LiteRTClassifier` (the 0.1 runtime
     crashed the process in 5 runs of 5 with 4 threads); results equal the
@@ -236,6 +237,7 @@ def weight_free_offsets(data):
     return np.flatnonzero(~inside)
 
 
+@pytest.mark.slow
 def test_mutated_tflite_files_are_refused_or_run_never_crash(
     tflite_model, tmp_path
 ):
@@ -302,6 +304,7 @@ TRANSLATOR = os.path.join(ROOT, "saved_models", "translation_en_fr")
     not os.path.isfile(os.path.join(TRANSLATOR, "model.tflite")),
     reason="no translator shipped",
 )
+@pytest.mark.slow
 def test_one_translator_shared_by_threads():
     path = os.path.join(TRANSLATOR, "model.tflite")
     proc = run_python(f"""

@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,6 +50,7 @@ def run(*parts):
     return proc.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_matches_one_device():
     """20 steps: same per-step losses (penalty included) within 1e-5."""
     out = run(
@@ -85,6 +87,7 @@ def test_mirrored_strategy_matches_one_device():
     assert float(out) <= 1e-5, out
 
 
+@pytest.mark.slow
 def test_seeded_training_is_deterministic():
     out = run(
         """

@@ -7,6 +7,8 @@ import os
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = os.path.join(ROOT, "saved_models")
 IMDB = sorted(glob.glob(os.path.join(SHIPPED, "imdb_*", "model.keras")))

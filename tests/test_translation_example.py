@@ -37,6 +37,7 @@ def test_split_is_by_english_sentence():
     assert len(train) + len(val) == len(pairs)
 
 
+@pytest.mark.slow
 @needs_pairs
 def test_main_tiny_slice(tmp_path):
     import tensorflow as tf

@@ -1,0 +1,44 @@
+"""The package boundary: what `import keras_attn` needs and gives."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+import keras_attn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_public_names():
+    assert keras_attn.__version__ == "0.2.0"
+    for name in keras_attn.__all__:
+        assert getattr(keras_attn, name) is not None, name
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("jax") is None, reason="jax is not installed"
+)
+def test_import_needs_only_keras_and_jax():
+    """TensorFlow blocked: the layers, the runtime and the generic tooling
+    modules still import (only export/trust calls need TensorFlow)."""
+    script = (
+        "import sys\n"
+        "sys.modules['tensorflow'] = None\n"
+        "import numpy as np, keras, keras_attn\n"
+        "from keras_attn import cli, explain, export, litert_runtime, trust\n"
+        "layer = keras_attn.Attention()\n"
+        "q, v = np.ones((1, 2, 3), 'f'), np.ones((1, 4, 3), 'f')\n"
+        "out = layer(q, v)\n"
+        "print(keras.backend.backend(), tuple(out.shape))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT, "KERAS_BACKEND": "jax"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "jax (1, 2, 3)"

@@ -1,0 +1,36 @@
+"""The README's Python snippets run as written, in order, in one session."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def snippets(path):
+    with open(path, encoding="utf-8") as f:
+        return re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+
+
+def test_readme_has_snippets():
+    assert len(snippets(os.path.join(ROOT, "README.md"))) >= 2
+
+
+@pytest.mark.slow
+def test_readme_snippets_run(tmp_path):
+    os.symlink(os.path.join(ROOT, "saved_models"), tmp_path / "saved_models")
+    script = "\n".join(snippets(os.path.join(ROOT, "README.md")))
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "(1, 4, 20)" in proc.stdout
+    assert (tmp_path / "m.tflite").is_file()
+    assert (tmp_path / "out_sm" / "saved_model.pb").is_file()
