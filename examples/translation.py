@@ -439,11 +439,49 @@ def evaluate(translate_fn, refs, sentences, batch=256):
     return float(bleu.score), float(exact), hyps
 
 
+def export_seq2seq_tflite(encoder, step, path, source_length, units):
+    """LiteRT model with two signatures: `encode` and one decoder `step`.
+
+    `encode(source (1, S) int32) -> memory (1, S, U), state (1, U)`;
+    `step(prev (1, 1) int32, state (1, U), memory (1, S, U), memory_mask
+    (1, S) bool) -> logits (1, V), new_state (1, U), attention (1, S)`:
+    the contract `keras_attn.litert_runtime.LiteRTTranslator` drives.
+    """
+    import tensorflow as tf
+
+    from keras_attn.export import export_signatures_tflite
+
+    @tf.function(
+        input_signature=[tf.TensorSpec([1, source_length], tf.int32, "source")]
+    )
+    def encode(source):
+        memory, state = encoder(source, training=False)
+        return {"memory": memory, "state": state}
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([1, 1], tf.int32, name="prev"),
+            tf.TensorSpec([1, units], tf.float32, name="state"),
+            tf.TensorSpec([1, source_length, units], tf.float32, "memory"),
+            tf.TensorSpec([1, source_length], tf.bool, name="memory_mask"),
+        ]
+    )
+    def one_step(prev, state, memory, memory_mask):
+        logits, new_state, att = step(
+            [prev, state, memory, memory_mask], training=False
+        )
+        return {"logits": logits, "state": new_state, "attention": att}
+
+    return export_signatures_tflite(
+        {"encode": encode, "step": one_step}, path, overwrite=True
+    )
+
+
 def export_litert(folder, encoder, step, translator, sentences, args):
     """Write `model.tflite`; compare its greedy output with Keras'."""
     import tensorflow as tf
 
-    from keras_attn.export import export_seq2seq_tflite, tflite_op_names
+    from keras_attn.export import tflite_op_names
     from keras_attn.litert_runtime import LiteRTTranslator
 
     path = os.path.join(folder, "model.tflite")

@@ -851,59 +851,32 @@ def _freeze(function):
     return frozen
 
 
-def export_seq2seq_tflite(
-    encoder, step, path, source_length, units, overwrite=False
-):
-    """LiteRT model with two signatures: `encode` and one decoder `step`.
+def export_signatures_tflite(functions, path, overwrite=False):
+    """A LiteRT model with one signature per `tf.function`, builtin ops only.
 
-    `encode(source (1, S) int32) -> memory (1, S, U), state (1, U)`;
-    `step(prev (1, 1) int32, state (1, U), memory (1, S, U), memory_mask
-    (1, S) bool) -> logits (1, V), new_state (1, U), attention (1, S)`.
-    Builtin ops only; a Python loop drives greedy decoding
-    (`keras_attn.litert_runtime.LiteRTTranslator`).
+    Args:
+        functions: `{signature name: tf.function}`, each with an
+            `input_signature` and returning a dict of named tensors (e.g.
+            a decoder's `encode` and one-token `step`).
+        path: the `.tflite` file to write.
+        overwrite: replace `path` even when it is not a LiteRT file.
+            Defaults to `False`.
+
+    Variables become constants (no `READ_VARIABLE` ops); the file is
+    written atomically.
     """
     import tensorflow as tf
 
     target = check_destination(path, "tflite", overwrite)
-
-    class Seq2Seq(tf.Module):
-        @tf.function(
-            input_signature=[
-                tf.TensorSpec([1, source_length], tf.int32, name="source")
-            ]
-        )
-        def encode(self, source):
-            memory, state = encoder(source, training=False)
-            return {"memory": memory, "state": state}
-
-        @tf.function(
-            input_signature=[
-                tf.TensorSpec([1, 1], tf.int32, name="prev"),
-                tf.TensorSpec([1, units], tf.float32, name="state"),
-                tf.TensorSpec(
-                    [1, source_length, units], tf.float32, name="memory"
-                ),
-                tf.TensorSpec([1, source_length], tf.bool, name="memory_mask"),
-            ]
-        )
-        def step(self, prev, state, memory, memory_mask):
-            logits, new_state, att = step(
-                [prev, state, memory, memory_mask], training=False
-            )
-            return {"logits": logits, "state": new_state, "attention": att}
-
-    module = Seq2Seq()
     frozen = tf.Module()
-    frozen.encode = _freeze(module.encode)
-    frozen.step = _freeze(module.step)
+    signatures = {}
+    for name, function in functions.items():
+        signatures[name] = _freeze(function)
+        setattr(frozen, name, signatures[name])
     with _scratch() as tmp:
-        tf.saved_model.save(
-            frozen,
-            tmp,
-            signatures={"encode": frozen.encode, "step": frozen.step},
-        )
+        tf.saved_model.save(frozen, tmp, signatures=signatures)
         converter = tf.lite.TFLiteConverter.from_saved_model(
-            tmp, signature_keys=["encode", "step"]
+            tmp, signature_keys=list(signatures)
         )
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         data = converter.convert()

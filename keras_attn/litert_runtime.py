@@ -502,7 +502,10 @@ class LiteRTTranslator:
     Safe to share between threads (one lock around each translation).
 
     Args:
-        model_path: the `.tflite` file from `export_seq2seq_tflite`.
+        model_path: a `.tflite` file with an `encode(source)` signature
+            returning `memory`, `state` and a one-token `step(prev, state,
+            memory, memory_mask)` returning `logits`, `state` (written by
+            `export.export_signatures_tflite`; see the translation example).
         folder: where `source_vocabulary.txt` and `target_vocabulary.txt`
             are. Defaults to the model's folder.
         max_length: the most output tokens. Defaults to `20`.
