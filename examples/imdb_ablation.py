@@ -1,12 +1,12 @@
 """Ablation of the paper's model on IMDB validation accuracy.
 
 Does the ‖AAᵀ − I‖² penalty do what Lin et al. claim, and do many hops
-beat one? Each row trains `imdb_classification.py --model ssa` with one
-change, on the same train/validation split (test is never touched), and
+beat one? Each row trains `imdb_classification.py` with one change, on
+the same train/validation split (test is never touched), and
 records the validation accuracy and the mean pairwise overlap of the hops
 (the off-diagonal mass of AAᵀ on validation reviews).
 
-    python examples/imdb_ablation.py --epochs 2 --out saved_models/ablation.json
+    python examples/imdb_ablation.py --epochs 3 --out ablation.json
 """
 
 import argparse
@@ -21,10 +21,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import imdb_classification as ex  # noqa: E402
 
 ROWS = [
-    ("8 hops, penalty 0.1", ["--num-hops", "8", "--penalty", "0.1"]),
-    ("8 hops, no penalty", ["--num-hops", "8", "--penalty", "0"]),
-    ("8 hops, penalty 1.0", ["--num-hops", "8", "--penalty", "1.0"]),
-    ("1 hop, no penalty", ["--num-hops", "1", "--penalty", "0"]),
+    ("8 hops, penalty 0.1", {"num_hops": 8, "penalty": 0.1}),
+    ("8 hops, no penalty", {"num_hops": 8, "penalty": 0.0}),
+    ("8 hops, penalty 1.0", {"num_hops": 8, "penalty": 1.0}),
+    ("1 hop, no penalty", {"num_hops": 1, "penalty": 0.0}),
 ]
 
 
@@ -45,21 +45,26 @@ def hop_overlap(model, texts):
 
 def main(argv=None):
     p = argparse.ArgumentParser()
-    p.add_argument("--out", default="saved_models/ablation.json")
-    args, rest = p.parse_known_args(argv)
+    p.add_argument("--out", default="ablation.json")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--limit", type=int, default=None)
+    args = p.parse_args(argv)
     table = []
-    for label, extra in ROWS:
+    for label, overrides in ROWS:
         folder = f"/tmp/ablation_{len(table)}"
-        results = ex.main(
-            rest + extra + ["--model", "ssa", "--no-test", "--out", folder]
+        metrics = ex.main(
+            out=folder,
+            limit=args.limit,
+            evaluate_test=False,
+            epochs=args.epochs,
+            **overrides,
         )
-        metrics = results["ssa"]
         import keras
 
         model = keras.models.load_model(
             os.path.join(folder, "imdb_ssa", "model.keras")
         )
-        data = ex.load_imdb(None, None, 0.1, metrics["split"]["seed"])
+        data = ex.load_imdb(args.limit, 0.1, ex.HPARAMS["seed"])
         overlap = hop_overlap(model, data["val"][0][:500])
         row = {
             "setting": label,

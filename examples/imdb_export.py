@@ -1,7 +1,8 @@
 """Export a shipped IMDB model to LiteRT and measure every quantization.
 
 For `saved_models/<name>/model.keras` this writes `model_float32.tflite` and
-`model_int8.tflite` (+ `vocabulary.txt`) beside it, and records in
+`model_int8.tflite` beside it (each carries its vocabulary inside; a
+`vocabulary.txt` is kept beside them for other tools), and records in
 `<name>/litert.json`, for float32, float16, dynamic-range int8 and
 full-integer int8: the size, the max |LiteRT − Keras| difference on 1,000
 test reviews, and the accuracy on the full test split (LiteRT only, with
@@ -69,7 +70,7 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     model = keras.models.load_model(os.path.join(args.folder, "model.keras"))
-    data = ex.load_imdb(None, None, 0.1, args.seed)
+    data = ex.load_imdb(None, 0.1, args.seed)
     test_x, test_y = data["test"]
     if args.limit:
         test_x, test_y = test_x[: args.limit], test_y[: args.limit]

@@ -20,7 +20,7 @@ SAMPLE_REVIEWS = [
     "Terrible acting, cheap effects and a script so bad it hurts. Easily "
     "the worst movie of the year.",
 ]
-PREFERRED_MODELS = ("imdb_ensemble", "imdb_ssa", "imdb_mhp")
+PREFERRED_MODELS = ("imdb_ssa",)
 SAMPLE_SENTENCES = [
     "I am tired.",
     "Where is the station?",
