@@ -23,6 +23,7 @@ LAYER_SUITE = [
     "tests/test_positional.py",
     "tests/test_bad_input.py",
     "tests/test_precision.py",
+    "tests/test_ops.py",
 ]
 
 

@@ -1,0 +1,24 @@
+"""The `Example:` sections of the public docstrings run and print what
+they show (doctest)."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "keras_attn.additive_attention",
+    "keras_attn.attention",
+    "keras_attn.structured_self_attention",
+    "keras_attn.multi_head_positional",
+    "keras_attn.sinusoidal_position_encoding",
+    "keras_attn.learned_position_embedding",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0, f"{name} has no example"
+    assert result.failed == 0
