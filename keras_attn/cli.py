@@ -496,22 +496,34 @@ def _align(args):
             f"Expected a file for the picture. Received: --out={args.out!r}, "
             "which is a folder"
         )
+    if os.path.isfile(args.out):
+        with open(args.out, "rb") as f:
+            if f.read(8) != b"\x89PNG\r\n\x1a\n":
+                raise ValueError(
+                    f"Refusing to replace a file that is not a PNG picture. "
+                    f"Received: --out={args.out!r}"
+                )
     fn = load_translator(args.model, args.allow_unsafe_ops)
     out = _run_model(fn, tf.constant([args.text]))
     src = [t.decode() for t in out["source_tokens"].numpy()[0] if t]
     tgt = [t.decode() for t in out["target_tokens"].numpy()[0] if t]
-    if not src or not tgt:
+    if not src:
         raise ValueError(
             f"No tokens to align: the translator found none in {args.text!r}"
         )
     att = out["attention"].numpy()[0][: len(tgt), : len(src)]
+    if not tgt:  # the model wrote nothing: say so on the picture
+        tgt, att = ["(no output)"], np.zeros((1, len(src)))
     print(out["translation"].numpy()[0].decode())
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(2 + 0.5 * len(src), 1.6 + 0.4 * len(tgt)))
+    fig, ax = plt.subplots(
+        figsize=(max(5.0, 2.5 + 0.5 * len(src)), 1.8 + 0.4 * len(tgt)),
+        layout="constrained",
+    )
     image = ax.imshow(att, cmap="Blues", vmin=0, vmax=1)
     ax.set_xticks(range(len(src)))
     ax.set_xticklabels(src, rotation=60, ha="right")
@@ -519,9 +531,8 @@ def _align(args):
     ax.set_yticklabels(tgt)
     ax.set_xlabel("English (source)")
     ax.set_ylabel("French (output)")
-    ax.set_title("Attention of each French word over the English words")
+    ax.set_title("Attention of each French word", fontsize=10)
     fig.colorbar(image, ax=ax, label="attention weight")
-    fig.tight_layout()
     fig.savefig(args.out, dpi=120)
     plt.close(fig)
     print(f"wrote {args.out}")

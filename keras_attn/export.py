@@ -281,6 +281,18 @@ def export_saved_model(
     return path
 
 
+def export_module(module, path, signatures, overwrite=False):
+    """Save a `tf.Module` as a SavedModel with `signatures` (`{name:
+    tf.function}`), through the same destination checks and atomic move
+    as `export_saved_model`."""
+    import tensorflow as tf
+
+    target = check_destination(path, "saved_model", overwrite)
+    with staged(target) as (tmp,):
+        tf.saved_model.save(module, tmp, signatures=signatures)
+    return path
+
+
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
 _RNN_CLASSES = ("LSTM", "GRU", "SimpleRNN")
 

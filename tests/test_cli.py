@@ -176,6 +176,19 @@ def test_empty_inputs(files, tmp_path, capsys):
     assert_clean_error(code, err, "No known word")
 
 
+def test_align_out_never_replaces_a_users_file(tmp_path, capsys):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    code, _, err = cli(
+        capsys, "align", TRANSLATOR, "I am tired.", "--out", str(mine)
+    )
+    assert_clean_error(code, err, "not a PNG")
+    assert mine.read_text() == "mine"
+    png = tmp_path / "a.png"
+    assert cli(capsys, "align", TRANSLATOR, "Hi.", "--out", str(png))[0] == 0
+    assert cli(capsys, "align", TRANSLATOR, "Hi.", "--out", str(png))[0] == 0
+
+
 def test_explain_out_naming_a_file(files, tmp_path, capsys):
     folder, _ = files
     mine = tmp_path / "report"

@@ -1,7 +1,6 @@
 """The translation example runs end to end on a tiny slice."""
 
 import os
-import subprocess
 import sys
 
 import pytest
@@ -18,7 +17,7 @@ def test_missing_pairs_file_is_a_clear_error(tmp_path):
     import translation
 
     with pytest.raises(FileNotFoundError, match="--pairs"):
-        translation.main(["--pairs", str(tmp_path / "none.tsv")])
+        translation.main(str(tmp_path / "none.tsv"))
 
 
 def test_split_is_by_english_sentence():
@@ -44,26 +43,15 @@ def test_main_tiny_slice(tmp_path):
     import translation
 
     metrics, _, _ = translation.main(
-        [
-            "--pairs",
-            PAIRS,
-            "--limit",
-            "2000",
-            "--epochs",
-            "1",
-            "--units",
-            "16",
-            "--embed-dim",
-            "8",
-            "--eval-sentences",
-            "20",
-            "--score",
-            "general",
-            "--out",
-            str(tmp_path),
-            "--verbose",
-            "0",
-        ]
+        PAIRS,
+        limit=2000,
+        eval_sentences=20,
+        out=str(tmp_path),
+        verbose=0,
+        epochs=1,
+        units=16,
+        embed_dim=8,
+        score="general",
     )
     assert 0 <= metrics["val_bleu_beam"] <= 100
     assert metrics["litert"]["greedy_agreement_with_keras"] >= 0.99
@@ -74,20 +62,10 @@ def test_main_tiny_slice(tmp_path):
         loaded.signatures
     )
     png = tmp_path / "a.png"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "keras_attn",
-            "align",
-            str(folder),
-            "I am tired.",
-            "--out",
-            str(png),
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": ROOT},
+    import keras_attn_cli
+
+    code = keras_attn_cli.main(
+        ["align", str(folder), "I am tired.", "--out", str(png)]
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert code == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
