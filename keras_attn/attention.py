@@ -8,9 +8,11 @@ from keras_attn.validation import (
     check_attention_masks,
     check_batch,
     check_features,
+    check_key_value,
     check_rate,
     clone_initializer,
     positive_int,
+    set_output_mask,
 )
 
 
@@ -218,6 +220,7 @@ class Attention(layers.Layer):
         training=None,
     ):
         key = value if key is None else key
+        check_key_value(value.shape, key.shape)
         check_features(self._widths, query=query, key=key)
         check_batch(query, value, key)
         query = ops.cast(query, self.compute_dtype)
@@ -235,6 +238,7 @@ class Attention(layers.Layer):
         weights = masking.masked_softmax(logits, mask)  # (B, Tq, Tv)
         dropped = self.dropout_layer(weights, training=training)
         context = ops.einsum("bqk,bkd->bqd", dropped, value)  # (B, Tq, Dv)
+        set_output_mask(context, query_mask)
         if return_attention_scores:
             return context, weights
         return context
@@ -242,6 +246,8 @@ class Attention(layers.Layer):
     def compute_output_shape(
         self, query_shape, value_shape, key_shape=None, **kwargs
     ):
+        if key_shape is not None:
+            check_key_value(value_shape, key_shape)
         return (*query_shape[:-1], value_shape[-1])
 
     def compute_output_spec(
@@ -255,9 +261,12 @@ class Attention(layers.Layer):
         return_attention_scores=False,
         training=None,
     ):
+        if key is not None:
+            check_key_value(value.shape, key.shape)
         out = keras.KerasTensor(
             (*query.shape[:-1], value.shape[-1]), dtype=self.compute_dtype
         )
+        set_output_mask(out, query_mask)
         if return_attention_scores:
             weights = keras.KerasTensor(
                 (query.shape[0], query.shape[1], value.shape[1]),

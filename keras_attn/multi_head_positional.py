@@ -14,9 +14,11 @@ from keras_attn.validation import (
     check_attention_masks,
     check_batch,
     check_features,
+    check_key_value,
     check_rate,
     clone_initializer,
     positive_int,
+    set_output_mask,
 )
 
 POSITIONS = ("sinusoidal", "learned", None)
@@ -290,6 +292,7 @@ class MultiHeadPositional(layers.Layer):
             value, value_mask = query, query_mask
         if key is None:
             key, key_mask = value, None
+        check_key_value(value.shape, key.shape)
         if key_mask is not None:
             value_mask = (
                 key_mask
@@ -373,11 +376,16 @@ class MultiHeadPositional(layers.Layer):
             output = ops.where(
                 row_valid[:, :, None], output, ops.zeros_like(output)
             )
+        set_output_mask(output, query_mask)
         if return_attention_scores:
             return output, weights
         return output
 
-    def compute_output_shape(self, query_shape, value_shape=None, **kwargs):
+    def compute_output_shape(
+        self, query_shape, value_shape=None, key_shape=None, **kwargs
+    ):
+        if value_shape is not None and key_shape is not None:
+            check_key_value(value_shape, key_shape)
         return (*query_shape[:-1], self.output_dim or query_shape[-1])
 
     def compute_output_spec(
@@ -389,9 +397,12 @@ class MultiHeadPositional(layers.Layer):
         **kwargs,
     ):
         value = query if value is None else value
+        if key is not None:
+            check_key_value(value.shape, key.shape)
         out = keras.KerasTensor(
             self.compute_output_shape(query.shape), dtype=self.compute_dtype
         )
+        set_output_mask(out, kwargs.get("query_mask"))
         if return_attention_scores:
             scores = keras.KerasTensor(
                 (

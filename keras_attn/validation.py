@@ -33,6 +33,35 @@ def check_batch(query, value, key):
         )
 
 
+def check_key_value(value_shape, key_shape):
+    """Raise (in Keras's words) unless key and value agree on every axis
+    but the last: each key scores the value row at the same position."""
+    value_shape, key_shape = tuple(value_shape), tuple(key_shape)
+    ok = len(value_shape) == len(key_shape) and all(
+        v is None or k is None or v == k
+        for v, k in zip(value_shape[1:-1], key_shape[1:-1], strict=True)
+    )
+    if not ok:
+        raise ValueError(
+            "All dimensions of `value` and `key`, except the last one, must "
+            f"be equal. Received: value_shape={value_shape} and "
+            f"key_shape={key_shape}"
+        )
+
+
+def set_output_mask(output, query_mask):
+    """Carry an explicitly given query mask to the output's Keras mask,
+    as `keras.layers.Attention` and `MultiHeadAttention` do (eager JAX
+    arrays take no attributes: nothing to carry there)."""
+    if query_mask is None:
+        return output
+    try:
+        output._keras_mask = query_mask
+    except AttributeError:
+        pass
+    return output
+
+
 def clone_initializer(initializer):
     """A fresh copy, so that two weights never share one seeded instance."""
     return initializer.__class__.from_config(initializer.get_config())

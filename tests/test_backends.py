@@ -24,6 +24,7 @@ LAYER_SUITE = [
     "tests/test_bad_input.py",
     "tests/test_precision.py",
     "tests/test_ops.py",
+    "tests/test_keras_parity_bugs.py",
 ]
 
 
