@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_attn import Attention, decoding
+from keras_attn import Attention, seq2seq
 from keras_attn.text import standardize_sentence
 
 START, END = "[start]", "[end]"
@@ -282,69 +282,11 @@ class TimeLimit(keras.callbacks.Callback):
 """
 ## Translate: greedy and beam search in the graph
 
-`keras_attn.decoding` runs the search inside `tf.function`, so it ships
-inside the SavedModel: strings in, translation, tokens and alignment out.
-The unknown-word token is never emitted.
+`keras_attn.seq2seq.Translator` wraps the encoder and the one-step decoder
+in a `tf.Module` whose searches (`keras_attn.decoding`) run in the graph,
+so they ship inside the SavedModel: strings in, translation, tokens and
+alignment out. The unknown-word token is never emitted.
 """
-
-
-class Translator(tf.Module):
-    def __init__(self, vec_en, vec_fr, encoder, step, hp):
-        super().__init__()
-        self.vec_en, self.encoder, self.step, self.hp = (
-            vec_en,
-            encoder,
-            step,
-            hp,
-        )
-        vocab = vec_fr.get_vocabulary()
-        self.start_id, self.end_id = vocab.index(START), vocab.index(END)
-        self.banned = tuple(i for i, t in enumerate(vocab) if t == "[UNK]")
-        self.vocab = tf.constant(vocab)
-        self.src_vocab = tf.constant(vec_en.get_vocabulary())
-
-    def _encode(self, source):
-        return self.encoder(source, training=False)
-
-    def _step(self, prev, state, memory, mask):
-        return self.step([prev, state, memory, mask], training=False)
-
-    def _finish(self, text, ids, attention):
-        ended = tf.cast(tf.equal(ids, self.end_id), "int32")
-        keep = tf.cumsum(ended, axis=1, exclusive=True) == 0
-        keep &= (ids != self.end_id) & (ids != 0)
-        words = tf.where(keep, tf.gather(self.vocab, ids), "")
-        joined = tf.strings.reduce_join(words, axis=1, separator=" ")
-        for pattern, rewrite in ((" +", " "), ("' ", "'"), (r" ([.,])", r"\1")):
-            joined = tf.strings.regex_replace(joined, pattern, rewrite)
-        return {
-            "translation": tf.strings.strip(joined),
-            "target_tokens": words,
-            "source_tokens": tf.gather(self.src_vocab, self.vec_en(text)),
-            "attention": attention,  # (B, target, source)
-        }
-
-    def _search(self, text, search, *settings):
-        ids, att = search(
-            self._encode,
-            self._step,
-            self.vec_en(text),
-            self.start_id,
-            self.end_id,
-            self.hp["target_length"],
-            *settings,
-            banned_ids=self.banned,
-        )
-        return self._finish(text, ids, att)
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-    def translate(self, text):
-        beam = (self.hp["beam_width"], self.hp["length_penalty"])
-        return self._search(text, decoding.beam_search, *beam)
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-    def translate_greedy(self, text):
-        return self._search(text, decoding.greedy_decode)
 
 
 """
@@ -391,30 +333,11 @@ NumPy. We check that it agrees with the SavedModel's greedy search.
 
 
 def export_litert(folder, encoder, step, translator, sentences, hp):
-    from keras_attn.export import export_signatures_tflite, tflite_op_names
+    from keras_attn.export import tflite_op_names
     from keras_attn.litert_runtime import LiteRTTranslator
 
-    s, u = hp["source_length"], hp["units"]
-
-    @tf.function(input_signature=[tf.TensorSpec([1, s], tf.int32, "source")])
-    def encode(source):
-        memory, state = encoder(source, training=False)
-        return {"memory": memory, "state": state}
-
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec([1, 1], tf.int32, name="prev"),
-            tf.TensorSpec([1, u], tf.float32, name="state"),
-            tf.TensorSpec([1, s, u], tf.float32, name="memory"),
-            tf.TensorSpec([1, s], tf.bool, name="memory_mask"),
-        ]
-    )
-    def one_step(prev, state, memory, memory_mask):
-        logits, new_state, att = step([prev, state, memory, memory_mask])
-        return {"logits": logits, "state": new_state, "attention": att}
-
     path = os.path.join(folder, "model.tflite")
-    export_signatures_tflite({"encode": encode, "step": one_step}, path)
+    seq2seq.export_tflite(encoder, step, path, hp["source_length"])
     lite = LiteRTTranslator(path, max_length=hp["target_length"])
     keras_out = []
     for i in range(0, len(sentences), 256):
@@ -433,15 +356,8 @@ def export_litert(folder, encoder, step, translator, sentences, hp):
 
 
 def save(folder, translator, vec_en, vec_fr):
-    from keras_attn.export import export_module
-
     os.makedirs(folder, exist_ok=True)
-    signatures = {
-        "serving_default": translator.translate,
-        "translate": translator.translate,
-        "translate_greedy": translator.translate_greedy,
-    }
-    export_module(translator, os.path.join(folder, "saved_model"), signatures)
+    translator.export(os.path.join(folder, "saved_model"))
     for name, vec in (("source", vec_en), ("target", vec_fr)):
         path = os.path.join(folder, f"{name}_vocabulary.txt")
         with open(path, "w", encoding="utf-8") as f:
@@ -486,7 +402,15 @@ def main(
         ],
     ).history
     wall = time.time() - start
-    translator = Translator(vec_en, vec_fr, encoder, step, hp)
+    translator = seq2seq.Translator(
+        vec_en,
+        vec_fr.get_vocabulary(),
+        encoder,
+        step,
+        hp["target_length"],
+        hp["beam_width"],
+        hp["length_penalty"],
+    )
     refs = references(val)
     sentences = sorted(refs)[:eval_sentences]
     bleu, exact, hyps = evaluate(translator.translate, refs, sentences)
