@@ -22,7 +22,7 @@ def scaled_dot_score(query, key):
     """`e_ij = s_iᵀ h_j / sqrt(d)` (Vaswani et al. 2017)."""
     depth = query.shape[-1]
     scale = ops.cast(1.0 / math.sqrt(depth), query.dtype)
-    return dot_score(query * scale, key)  # (B, Tq, Tk)
+    return dot_score(ops.multiply(query, scale), key)  # (B, Tq, Tk)
 
 
 def general_score(query, key, kernel):

@@ -49,12 +49,37 @@ def _torch(fn, inputs, variables):
     return loss.detach(), [g.detach() for g in grads]
 
 
+def training():
+    """A context for `fit`: autograd on under PyTorch (the test session
+    turns it off globally), nothing elsewhere."""
+    import contextlib
+
+    if keras.backend.backend() == "torch":
+        import torch
+
+        return torch.enable_grad()
+    return contextlib.nullcontext()
+
+
+def to_numpy(x, dtype=None):
+    """A tensor of any backend and device (or an array) as NumPy.
+
+    bfloat16 is widened to float32 first: NumPy has no bfloat16, and
+    PyTorch refuses to convert one.
+    """
+    if hasattr(x, "dtype") and not isinstance(x, np.ndarray):
+        if keras.backend.standardize_dtype(x.dtype) == "bfloat16":
+            x = keras.ops.cast(x, "float32")
+        x = keras.ops.convert_to_numpy(x)
+    out = np.asarray(x)
+    return out if dtype is None else out.astype(dtype)
+
+
 def gradients(fn, inputs, variables=()):
     """`(loss, [d loss/d input..., d loss/d variable...])` as NumPy."""
     backend = keras.backend.backend()
     run = {"tensorflow": _tf, "jax": _jax, "torch": _torch}[backend]
     loss, grads = run(fn, list(inputs), list(variables))
-    as_np = keras.ops.convert_to_numpy
-    return as_np(loss), [
-        None if g is None else np.asarray(as_np(g), "float32") for g in grads
+    return to_numpy(loss), [
+        None if g is None else to_numpy(g, "float32") for g in grads
     ]

@@ -15,8 +15,9 @@ if "TFDS_DATA_DIR" not in os.environ and os.path.isdir(_SHARED):
     os.environ["TFDS_DATA_DIR"] = os.path.abspath(_SHARED)
 
 if os.environ["KERAS_BACKEND"] == "torch":
-    # Outputs are compared as NumPy arrays; tests/backend.py turns autograd
-    # back on where gradients are taken.
+    # Outputs are compared as NumPy arrays, which a tensor that requires
+    # grad refuses; `backend.gradients` and `backend.training` turn
+    # autograd back on where gradients are taken (`fit` included).
     import torch
 
     torch.set_grad_enabled(False)

@@ -9,7 +9,7 @@ import textwrap
 import keras
 import numpy as np
 
-from tests.backend import gradients
+from tests.backend import gradients, to_numpy, training
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,7 +89,7 @@ def assert_finite_gradients(layer, call):
     assert layer.trainable_weights, "layer has no trainable weights"
     for w, g in zip(layer.trainable_weights, grads, strict=True):
         assert g is not None, f"no gradient for {w.path}"
-        g = np.asarray(g)
+        g = to_numpy(g)
         assert np.all(np.isfinite(g)), f"non-finite gradient for {w.path}"
         assert np.any(g != 0), f"zero gradient for {w.path}"
 
@@ -98,7 +98,8 @@ def assert_trains(model, x, y, steps=30, loss="mse"):
     """A few optimizer steps lower the loss."""
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=loss)
     before = model.evaluate(x, y, verbose=0)
-    model.fit(x, y, epochs=steps, batch_size=len(x), verbose=0)
+    with training():
+        model.fit(x, y, epochs=steps, batch_size=len(x), verbose=0)
     after = model.evaluate(x, y, verbose=0)
     before = before[0] if isinstance(before, list) else before
     after = after[0] if isinstance(after, list) else after

@@ -6,7 +6,7 @@ import pytest
 
 import keras_attn
 from tests import layer_test_case as ltc
-from tests.backend import gradients
+from tests.backend import gradients, to_numpy
 
 SCORES = ["dot", "scaled_dot", "general", "low_rank", "additive"]
 RNG = np.random.default_rng(0)
@@ -69,7 +69,7 @@ def test_matches_numpy_reference_with_masks(score):
     want_w = ltc.np_masked_softmax(np_scores(layer, q, k), mask)
     np.testing.assert_allclose(w, want_w, atol=1e-5)
     np.testing.assert_allclose(ctx, want_w @ v, atol=1e-5)
-    assert np.all(np.asarray(w)[~mask] == 0.0)
+    assert np.all(to_numpy(w)[~mask] == 0.0)
 
 
 @pytest.mark.parametrize("score", SCORES)
@@ -105,7 +105,7 @@ def test_padding_does_not_change_valid_outputs(score):
     vm2 = np.concatenate([vm, np.zeros((2, 4), bool)], axis=1)
     ctx2, w2 = layer(q, v2, value_mask=vm2, return_attention_scores=True)
     np.testing.assert_allclose(ctx2, ctx, atol=1e-5)
-    assert np.all(np.asarray(w2)[:, :, 5:] == 0.0)
+    assert np.all(to_numpy(w2)[:, :, 5:] == 0.0)
 
 
 @pytest.mark.parametrize("score", SCORES)
@@ -131,8 +131,8 @@ def test_implicit_keras_masks_agree_with_explicit(score):
     np.testing.assert_allclose(got_ctx, want_ctx, atol=1e-6)
     np.testing.assert_allclose(got_w, want_w, atol=1e-6)
     pad = np.broadcast_to(tokens_v[:, None, :] == 0, got_w.shape)
-    assert np.all(np.asarray(got_w)[pad] == 0)
-    assert np.all(np.asarray(got_ctx)[tokens_q == 0] == 0)
+    assert np.all(to_numpy(got_w)[pad] == 0)
+    assert np.all(to_numpy(got_ctx)[tokens_q == 0] == 0)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -150,12 +150,12 @@ def test_fully_masked_rows_are_zero_and_gradients_finite(score, dtype):
 
     _, grads = gradients(loss, [q, v], layer.trainable_weights)
     assert keras.backend.standardize_dtype(ctx.dtype) == dtype
-    ctx, w = np.asarray(ctx, "float32"), np.asarray(w, "float32")
+    ctx, w = to_numpy(ctx, "float32"), to_numpy(w, "float32")
     assert np.all(ctx[0] == 0) and np.all(w[0] == 0)
     assert np.all(np.isfinite(ctx)) and np.all(np.isfinite(w))
     np.testing.assert_allclose(w[1].sum(-1), 1.0, atol=1e-2)
     for g in grads:
-        assert np.all(np.isfinite(np.asarray(g, "float32")))
+        assert np.all(np.isfinite(to_numpy(g, "float32")))
 
 
 @pytest.mark.parametrize("score", SCORES)

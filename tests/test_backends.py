@@ -1,8 +1,9 @@
-"""The layer test suite again, on the JAX backend (CPU), in a subprocess.
+"""The layer test suite again, on JAX and on PyTorch (CPU), in subprocesses.
 
-Keras fixes its backend at import, so the JAX run needs a fresh process.
-Skipped when JAX is not installed (it is in the `dev` extra), or when this
-process already runs on JAX (the suite is then running directly).
+Keras fixes its backend at import, so each run needs a fresh process.
+Skipped when the backend is not installed (JAX is in the `dev` extra; CI
+installs PyTorch's CPU build, `pip install torch==2.13.0`), or when this
+process already runs on it.
 """
 
 import importlib.util
@@ -28,14 +29,18 @@ LAYER_SUITE = [
 ]
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("jax") is None, reason="jax is not installed"
-)
-@pytest.mark.skipif(
-    keras.backend.backend() == "jax", reason="already running on JAX"
-)
-def test_layer_suite_passes_on_jax():
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_layer_suite_passes_on(backend):
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"{backend} is not installed")
+    if keras.backend.backend() == backend:
+        pytest.skip(f"already running on {backend}")
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": backend,
+        "JAX_PLATFORMS": "cpu",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
         + LAYER_SUITE,

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import keras_attn
+from tests.backend import to_numpy
 
 RNG = np.random.default_rng(3)
 Q = RNG.normal(size=(2, 3, 4)).astype("float32")
@@ -61,8 +62,8 @@ def test_numeric_masks_mean_nonzero_is_kept(dtype):
             lambda ly, m: ly(V, mask=m, return_attention_scores=True),
         ),
     ):
-        want = [np.asarray(t) for t in call(layer, mask.astype(bool))]
-        got = [np.asarray(t) for t in call(layer, mask.astype(dtype))]
+        want = [to_numpy(t) for t in call(layer, mask.astype(bool))]
+        got = [to_numpy(t) for t in call(layer, mask.astype(dtype))]
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, atol=1e-6)
         weights = got[1]

@@ -6,7 +6,7 @@ import pytest
 
 import keras_attn
 from tests import layer_test_case as ltc
-from tests.backend import gradients
+from tests.backend import gradients, to_numpy, training
 from tests.test_positional import np_sinusoidal
 
 RNG = np.random.default_rng(2)
@@ -139,8 +139,8 @@ def test_permutation(position):
         2, 4, position=position, max_length=6
     )
     perm = RNG.permutation(6)
-    out = np.asarray(layer(x))
-    out_perm = np.asarray(layer(x[:, perm]))
+    out = to_numpy(layer(x))
+    out_perm = to_numpy(layer(x[:, perm]))
     if position is None:
         np.testing.assert_allclose(out_perm, out[:, perm], atol=1e-5)
     else:
@@ -177,10 +177,10 @@ def test_fully_masked_rows_zero_not_nan(dtype):
 
     _, grads = gradients(loss, [x], layer.trainable_weights)
     for t in (out, scores, fused):
-        t = np.asarray(t, "float32")
+        t = to_numpy(t, "float32")
         assert np.all(np.isfinite(t)) and np.all(t[0] == 0)
     for g in grads:
-        assert np.all(np.isfinite(np.asarray(g, "float32")))
+        assert np.all(np.isfinite(to_numpy(g, "float32")))
 
 
 def test_implicit_masks_and_self_attention():
@@ -197,7 +197,7 @@ def test_implicit_masks_and_self_attention():
     # Padding invariance: appending padding leaves valid outputs unchanged.
     longer = np.concatenate([tokens, np.zeros((2, 3), int)], axis=1)
     np.testing.assert_allclose(
-        np.asarray(model(longer))[:, :4], np.asarray(got), atol=1e-5
+        to_numpy(model(longer))[:, :4], to_numpy(got), atol=1e-5
     )
 
 
@@ -244,7 +244,8 @@ def test_learns_a_copy_task():
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
-    model.fit(tokens, target, epochs=25, batch_size=64, verbose=0)
+    with training():
+        model.fit(tokens, target, epochs=25, batch_size=64, verbose=0)
     pred = model.predict(tokens[:128], verbose=0).argmax(-1)
     acc = np.mean(pred[:, lag:] == target[:128, lag:])
     assert acc > 0.9, acc  # chance is 1/7

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_attn import masking, positional, scores
+from tests.backend import to_numpy
 
 RNG = np.random.default_rng(11)
 B, TQ, TK, DQ, DK, U = 2, 3, 5, 4, 6, 7
@@ -14,7 +15,7 @@ H4 = RNG.normal(size=(B, TK, DQ)).astype("float32")
 
 
 def close(got, want, atol=1e-5):
-    np.testing.assert_allclose(np.asarray(got), want, atol=atol, rtol=1e-5)
+    np.testing.assert_allclose(to_numpy(got), want, atol=atol, rtol=1e-5)
 
 
 def test_dot_and_scaled_dot():
@@ -65,7 +66,7 @@ def test_merge_masks_is_the_logical_and_of_its_parts():
     causal = np.tril(np.ones((TQ, TK))) > 0
     want = qm[:, :, None] & vm[:, None, :] & am & causal
     got = masking.merge_masks(TQ, TK, qm, vm, am, use_causal_mask=True)
-    close(np.broadcast_to(np.asarray(got), want.shape), want.astype(bool))
+    close(np.broadcast_to(to_numpy(got), want.shape), want.astype(bool))
     assert masking.merge_masks(TQ, TK) is None
 
 
@@ -76,7 +77,7 @@ def test_masked_softmax_zero_weights_and_empty_rows(dtype):
     e = RNG.normal(size=(2, 4)).astype("float32") * 5
     mask = np.array([[1, 0, 1, 1], [0, 0, 0, 0]], bool)
     got = masking.masked_softmax(keras.ops.cast(e, dtype), mask)
-    got = np.asarray(keras.ops.cast(got, "float32"))
+    got = to_numpy(keras.ops.cast(got, "float32"))
     row = np.exp(e[0] - e[0][mask[0]].max()) * mask[0]
     tol = 1e-6 if dtype == "float32" else 1e-2
     np.testing.assert_allclose(got[0], row / row.sum(), atol=tol)

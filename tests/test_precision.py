@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import keras_attn
-from tests.backend import gradients
+from tests.backend import gradients, to_numpy
 
 T, B, D = 1024, 2, 16
 TOL = {"mixed_float16": (2e-2, 5e-3), "mixed_bfloat16": (1e-1, 2e-2)}
@@ -52,13 +52,13 @@ def run(layer, kind, x):
 def test_long_sequences_in_mixed_precision(kind, policy):
     keras.utils.set_random_seed(5)  # tolerances hold for these weights
     ref = make(kind, "float32")
-    want_out, want_w = (np.asarray(t) for t in run(ref, kind, X))
+    want_out, want_w = (to_numpy(t) for t in run(ref, kind, X))
     layer = make(kind, policy)
     run(layer, kind, X)
     layer.set_weights(ref.get_weights())
     out, w = run(layer, kind, X)
-    out = np.asarray(keras.ops.cast(out, "float32"))
-    w = np.asarray(keras.ops.cast(w, "float32"))
+    out = to_numpy(keras.ops.cast(out, "float32"))
+    w = to_numpy(keras.ops.cast(w, "float32"))
     assert np.all(np.isfinite(out)) and np.all(np.isfinite(w))
     assert np.all(out[0] == 0) and np.all(w[0] == 0)  # fully masked
     out_tol, w_tol = TOL[policy]
