@@ -56,7 +56,14 @@ class Attention(layers.Layer):
             `(B, Tq, Tk, units)` hidden tensor is never whole in memory
             (see BENCHMARKS.md, figure 2). Same result. Defaults to `None`
             (one block).
-        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`...).
+        use_scale: multiply the scores by a learned scalar (initialized to
+            1), as `keras.layers.Attention(use_scale=True)`; not for
+            `"additive"`, whose `v` already scales. Defaults to `False`.
+        kernel_constraint: constraint on the kernels. Defaults to `None`.
+        bias_constraint: constraint on `b`. Defaults to `None`.
+        seed: seed of the attention dropout. Defaults to `None`.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`,
+            `activity_regularizer`...).
 
     Call arguments:
         query: `(B, Tq, Dq)`.
@@ -103,6 +110,10 @@ class Attention(layers.Layer):
         kernel_regularizer=None,
         bias_regularizer=None,
         chunk_size=None,
+        use_scale=False,
+        kernel_constraint=None,
+        bias_constraint=None,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -121,6 +132,12 @@ class Attention(layers.Layer):
             positive_int("rank", rank, allow_none=True)
         check_rate("dropout", dropout)
         positive_int("chunk_size", chunk_size, allow_none=True)
+        if use_scale and score == "additive":
+            raise ValueError(
+                "The additive score is already scaled by its learned `v`: "
+                "use_scale is for the multiplicative scores. Received: "
+                "score='additive', use_scale=True"
+            )
         self.score = score
         self.chunk_size = chunk_size
         self.units = units
@@ -131,6 +148,10 @@ class Attention(layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.use_scale = use_scale
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.seed = seed
         self.supports_masking = True
 
     def _kernel(self, name, shape):
@@ -139,6 +160,7 @@ class Attention(layers.Layer):
             shape=shape,
             initializer=clone_initializer(self.kernel_initializer),
             regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
         )
 
     def build(self, query_shape, value_shape, key_shape=None):
@@ -177,11 +199,20 @@ class Attention(layers.Layer):
                 self.bias = self.add_weight(
                     name="bias",
                     shape=(self.units,),
-                    initializer=self.bias_initializer,
+                    initializer=clone_initializer(self.bias_initializer),
                     regularizer=self.bias_regularizer,
+                    constraint=self.bias_constraint,
                 )
+        self.scale = None
+        if self.use_scale:  # a learned scalar on the scores, as Keras's
+            self.scale = self.add_weight(
+                name="scale", shape=(), initializer="ones"
+            )
         self.dropout_layer = layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="dropout"
+            self.dropout,
+            seed=self.seed,
+            dtype=self.dtype_policy,
+            name="dropout",
         )
         self.dropout_layer.build(None)
         self.built = True
@@ -228,6 +259,8 @@ class Attention(layers.Layer):
         value = ops.cast(value, self.compute_dtype)
         check_attention_masks(query, key, query_mask, value_mask)
         logits = self.compute_scores(query, key)  # (B, Tq, Tv)
+        if self.scale is not None:
+            logits = ops.multiply(logits, ops.cast(self.scale, logits.dtype))
         mask = masking.merge_masks(
             ops.shape(query)[1],
             ops.shape(key)[1],
@@ -284,6 +317,14 @@ class Attention(layers.Layer):
             "use_bias": self.use_bias,
             "dropout": self.dropout,
             "chunk_size": self.chunk_size,
+            "use_scale": self.use_scale,
+            "kernel_constraint": keras.constraints.serialize(
+                self.kernel_constraint
+            ),
+            "bias_constraint": keras.constraints.serialize(
+                self.bias_constraint
+            ),
+            "seed": self.seed,
             "kernel_initializer": keras.initializers.serialize(
                 self.kernel_initializer
             ),

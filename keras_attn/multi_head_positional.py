@@ -65,7 +65,12 @@ class MultiHeadPositional(layers.Layer):
         kernel_initializer: Defaults to `"glorot_uniform"`.
         bias_initializer: Defaults to `"zeros"`.
         kernel_regularizer: Defaults to `None`.
-        **kwargs: base layer arguments.
+        bias_regularizer: Defaults to `None`.
+        kernel_constraint: Defaults to `None`.
+        bias_constraint: Defaults to `None`.
+        seed: seed of the attention dropout. Defaults to `None`.
+        **kwargs: base layer arguments (`name`, `dtype`,
+            `activity_regularizer`, ...).
 
     Call arguments:
         query: `(B, Tq, Dq)`.
@@ -73,7 +78,8 @@ class MultiHeadPositional(layers.Layer):
         key: `(B, Tv, Dk)`; defaults to `value`.
         query_mask, value_mask: boolean `(B, Tq)` / `(B, Tv)`; read from the
             Keras masks of `query` / `value` when not given.
-        attention_mask: boolean `(B, Tq, Tv)`, `True` = may attend.
+        attention_mask: boolean `(B, Tq, Tv)`, `(Tq, Tv)` (every example)
+            or per head `(B, H, Tq, Tv)`; `True` = may attend.
         use_causal_mask: query `t` only attends to keys `i <= t`.
         return_attention_scores: also return the weights `(B, H, Tq, Tv)`.
         training: whether dropout is active.
@@ -117,6 +123,10 @@ class MultiHeadPositional(layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -156,6 +166,10 @@ class MultiHeadPositional(layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.seed = seed
         self.supports_masking = True
 
     # -- weights ---------------------------------------------------------
@@ -168,6 +182,7 @@ class MultiHeadPositional(layers.Layer):
             shape=shape,
             initializer=self._init(self.kernel_initializer),
             regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
         )
 
     def _bias(self, name, shape):
@@ -177,6 +192,8 @@ class MultiHeadPositional(layers.Layer):
             name=name,
             shape=shape,
             initializer=self._init(self.bias_initializer),
+            regularizer=self.bias_regularizer,
+            constraint=self.bias_constraint,
         )
 
     def _position_layer(self, name):
@@ -248,7 +265,10 @@ class MultiHeadPositional(layers.Layer):
                     width, self.query_position
                 )
         self.dropout_layer = layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="dropout"
+            self.dropout,
+            seed=self.seed,
+            dtype=self.dtype_policy,
+            name="dropout",
         )
         self.dropout_layer.build(None)
         self.built = True
@@ -306,8 +326,14 @@ class MultiHeadPositional(layers.Layer):
         check_batch(query, value, key)
         check_features(self._widths, query=query, value=value, key=key)
         check_attention_masks(
-            query, key, query_mask, value_mask, attention_mask
+            query, key, query_mask, value_mask, attention_mask, self.num_heads
         )
+        head_attention_mask = None
+        if attention_mask is not None and len(attention_mask.shape) == 4:
+            head_attention_mask = ops.cast(attention_mask, "bool")
+            attention_mask = None  # (B, H, Tq, Tv): applied per head below
+        elif attention_mask is not None and len(attention_mask.shape) == 2:
+            attention_mask = attention_mask[None]  # (1, Tq, Tv)
         q = self._project(
             self._add_positions(query, "query"),
             self.query_kernel,
@@ -329,6 +355,13 @@ class MultiHeadPositional(layers.Layer):
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
         )  # (B|1, Tq|1, Tv|1) or None
+        head_mask = None if mask is None else mask[:, None]  # (B|1,1,..)
+        if head_attention_mask is not None:
+            head_mask = (
+                head_attention_mask
+                if head_mask is None
+                else ops.logical_and(head_mask, head_attention_mask)
+            )  # (B, H, Tq, Tv)
         scale = 1.0 / math.sqrt(self.key_dim)
         dropout_active = self.dropout > 0 and bool(training)
         weights = None
@@ -344,17 +377,17 @@ class MultiHeadPositional(layers.Layer):
             logits = ops.einsum(
                 "bqhk,bvhk->bhqv", q * ops.cast(scale, dtype), k
             )  # (B, H, Tq, Tv)
-            head_mask = None if mask is None else mask[:, None]
             weights = masking.masked_softmax(logits, head_mask)
             dropped = self.dropout_layer(weights, training=training)
             context = ops.einsum("bhqv,bvhd->bqhd", dropped, v)  # (B,Tq,H,Dv)
         else:
             fused_mask = None
-            if mask is not None:
+            if head_mask is not None:
+                b, tq, tv = ops.shape(q)[0], ops.shape(q)[1], ops.shape(k)[1]
+                heads = ops.shape(head_mask)[1]
                 fused_mask = ops.broadcast_to(
-                    mask,
-                    (ops.shape(q)[0], ops.shape(q)[1], ops.shape(k)[1]),
-                )[:, None]  # (B, 1, Tq, Tv)
+                    head_mask, (b, heads, tq, tv)
+                )  # (B, 1|H, Tq, Tv)
             context = ops.dot_product_attention(
                 q, k, v, mask=fused_mask, scale=scale
             )  # (B, Tq, H, Dv)
@@ -369,9 +402,11 @@ class MultiHeadPositional(layers.Layer):
         )  # (B, Tq, O)
         if self.output_bias is not None:
             output = output + self.output_bias
-        if mask is not None:
+        if head_mask is not None:
+            # a row is zero only when no head has a key to attend to
             row_valid = ops.broadcast_to(
-                masking.any_valid(mask), ops.shape(output)[:2]
+                ops.any(masking.any_valid(head_mask), axis=1),
+                ops.shape(output)[:2],
             )  # (B, Tq)
             output = ops.where(
                 row_valid[:, :, None], output, ops.zeros_like(output)
@@ -441,4 +476,14 @@ class MultiHeadPositional(layers.Layer):
             "kernel_regularizer": keras.regularizers.serialize(
                 self.kernel_regularizer
             ),
+            "bias_regularizer": keras.regularizers.serialize(
+                self.bias_regularizer
+            ),
+            "kernel_constraint": keras.constraints.serialize(
+                self.kernel_constraint
+            ),
+            "bias_constraint": keras.constraints.serialize(
+                self.bias_constraint
+            ),
+            "seed": self.seed,
         }

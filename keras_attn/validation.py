@@ -90,13 +90,28 @@ def check_mask(name, mask, expected):
 
 
 def check_attention_masks(
-    query, key, query_mask=None, value_mask=None, attention_mask=None
+    query,
+    key,
+    query_mask=None,
+    value_mask=None,
+    attention_mask=None,
+    num_heads=None,
 ):
-    """Static shape checks of the masks given to an attention layer."""
+    """Static shape checks of the masks given to an attention layer.
+
+    `attention_mask` may be `(Tq, Tv)` (the same for every example),
+    `(B, Tq, Tv)`, or with `num_heads`, per head `(B, H, Tq, Tv)`.
+    """
     b, tq, tv = query.shape[0], query.shape[1], key.shape[1]
     check_mask("query_mask", query_mask, (b, tq))
     check_mask("value_mask", value_mask, (b, tv))
-    check_mask("attention_mask", attention_mask, (b, tq, tv))
+    rank = len(getattr(attention_mask, "shape", ()))
+    if attention_mask is not None and rank == 2:
+        check_mask("attention_mask", attention_mask, (tq, tv))
+    elif attention_mask is not None and rank == 4 and num_heads:
+        check_mask("attention_mask", attention_mask, (b, num_heads, tq, tv))
+    else:
+        check_mask("attention_mask", attention_mask, (b, tq, tv))
 
 
 def check_features(widths, **tensors):

@@ -26,6 +26,7 @@ LAYER_SUITE = [
     "tests/test_precision.py",
     "tests/test_ops.py",
     "tests/test_keras_parity_bugs.py",
+    "tests/test_keras_superset.py",
 ]
 
 

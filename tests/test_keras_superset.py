@@ -1,0 +1,120 @@
+"""Keras arguments our layers accept, each against what Keras's own
+`Attention` / `MultiHeadAttention` does with it."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_attn
+from tests.backend import to_numpy
+
+RNG = np.random.default_rng(8)
+Q = RNG.normal(size=(2, 3, 4)).astype("float32")
+V = RNG.normal(size=(2, 5, 4)).astype("float32")
+
+
+def test_use_scale_equals_keras_attention_with_use_scale():
+    ours = keras_attn.Attention(use_scale=True)
+    theirs = keras.layers.Attention(use_scale=True)
+    ours(Q, V), theirs([Q, V])
+    for layer in (ours, theirs):
+        layer.scale.assign(2.5)
+    np.testing.assert_allclose(
+        to_numpy(ours(Q, V)), to_numpy(theirs([Q, V])), atol=1e-5
+    )
+    assert ours.get_config()["use_scale"] is True
+    again = keras_attn.Attention.from_config(ours.get_config())
+    again(Q, V)
+    assert [w.name for w in again.weights] == ["scale"]
+    with pytest.raises(ValueError, match="use_scale=True"):
+        keras_attn.Attention(score="additive", units=4, use_scale=True)
+
+
+def test_seeded_dropout_repeats():
+    for make, call in (
+        (
+            lambda: keras_attn.Attention(dropout=0.5, seed=3),
+            lambda ly: ly(Q, V, training=True),
+        ),
+        (
+            lambda: keras_attn.MultiHeadPositional(
+                2, 2, position=None, dropout=0.5, seed=3
+            ),
+            lambda ly: ly(Q, V, training=True, return_attention_scores=True)[0],
+        ),
+    ):
+        a, b = make(), make()
+        call(a), call(b)
+        b.set_weights(a.get_weights())
+        np.testing.assert_array_equal(to_numpy(call(a)), to_numpy(call(b)))
+        assert make().get_config()["seed"] == 3
+
+
+@pytest.mark.parametrize("kind", ["attention", "mhp"])
+def test_constraints_and_regularizers_reach_every_weight(kind):
+    nonneg = keras.constraints.NonNeg()
+    if kind == "attention":
+        layer = keras_attn.Attention(
+            score="additive",
+            units=4,
+            kernel_constraint=nonneg,
+            bias_constraint=nonneg,
+            bias_regularizer="l2",
+            activity_regularizer="l2",
+        )
+    else:
+        layer = keras_attn.MultiHeadPositional(
+            2,
+            2,
+            position=None,
+            kernel_constraint=nonneg,
+            bias_constraint=nonneg,
+            bias_regularizer="l2",
+            activity_regularizer="l2",
+        )
+    layer(Q, V)
+    assert all(w.constraint is not None for w in layer.trainable_weights)
+    # the bias regularizer and the activity regularizer add losses
+    assert len(layer.losses) >= 2
+    config = layer.get_config()
+    assert config["kernel_constraint"]["class_name"] == "NonNeg"
+    clone = type(layer).from_config(config)
+    clone(Q, V)
+    assert all(w.constraint is not None for w in clone.trainable_weights)
+
+
+def keras_mha_and_ours(num_heads=2, key_dim=3):
+    theirs = keras.layers.MultiHeadAttention(num_heads, key_dim)
+    ours = keras_attn.MultiHeadPositional(num_heads, key_dim, position=None)
+    theirs(Q, V), ours(Q, V)
+    ours.set_weights(theirs.get_weights())
+    return ours, theirs
+
+
+def test_attention_mask_without_batch_axis_broadcasts_like_keras():
+    ours, theirs = keras_mha_and_ours()
+    mask = RNG.random((3, 5)) > 0.3
+    mask[:, 0] = True  # every query keeps a key (Keras has no zero rows)
+    got, w = ours(Q, V, attention_mask=mask, return_attention_scores=True)
+    want = theirs(Q, V, attention_mask=np.broadcast_to(mask, (2, 3, 5)))
+    np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
+    assert np.all(to_numpy(w)[..., ~mask] == 0)
+
+
+def test_per_head_attention_masks():
+    ours, theirs = keras_mha_and_ours()
+    mask = RNG.random((2, 2, 3, 5)) > 0.4
+    mask[..., 0] = True
+    got, w = ours(Q, V, attention_mask=mask, return_attention_scores=True)
+    w = to_numpy(w)
+    assert np.all(w[~mask] == 0)
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+    # per head, the weights are the softmax over that head's own keys
+    _, w_all = ours(Q, V, return_attention_scores=True)
+    logits = np.log(to_numpy(w_all))
+    ref = np.where(mask, np.exp(logits), 0.0)
+    np.testing.assert_allclose(w, ref / ref.sum(-1, keepdims=True), atol=1e-5)
+    with pytest.raises(
+        ValueError, match=r"attention_mask.shape=\(2, 3, 3, 5\)"
+    ):
+        ours(Q, V, attention_mask=np.ones((2, 3, 3, 5), bool))
