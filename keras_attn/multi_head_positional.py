@@ -25,6 +25,39 @@ POSITIONS = ("sinusoidal", "learned", None)
 FEED_FORWARDS = (None, "concat", "per_head")
 
 
+class _EinsumDense(layers.EinsumDense):
+    """`EinsumDense` whose float path adds the bias with `+`.
+
+    Keras 3.15's TensorFlow `ops.add` takes a bias that squeezes to one
+    axis for `tf.nn.bias_add` and guesses "channels first" when that axis
+    matches the input's axis 1: a `(heads, 1)` bias (`key_dim=1`) added to
+    `(B, T, heads, 1)` with `T == heads` lands on the time axis. `+` is
+    plain broadcasting. Quantized calls are Keras's own (unchanged).
+    """
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras refuses subclasses (their `call` could differ from the
+        # quantized one); this one changes only the float path's bias add.
+        super().quantize(mode, type_check=False, config=config)
+
+    def call(self, inputs, training=None):
+        x = ops.einsum(self.equation, inputs, self.kernel)
+        if self.bias is not None:
+            x = x + ops.cast(self.bias, x.dtype)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x
+
+
+def _skip_next_load(layer):
+    """Make `layer.load_own_variables` a no-op once."""
+
+    def skip(store):
+        del layer.load_own_variables  # back to the class's method
+
+    layer.load_own_variables = skip
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
 class MultiHeadPositional(layers.Layer):
     """Multi-head attention with position encodings and a post-attention g.
@@ -173,28 +206,104 @@ class MultiHeadPositional(layers.Layer):
         self.supports_masking = True
 
     # -- weights ---------------------------------------------------------
-    def _init(self, initializer):
-        return clone_initializer(initializer)
-
-    def _kernel(self, name, shape):
-        return self.add_weight(
+    def _dense(
+        self,
+        equation,
+        output_shape,
+        bias_axes,
+        name,
+        input_shape,
+        activation=None,
+    ):
+        # `equation=None`: a `Dense` on the last axis (any rank), else an
+        # `EinsumDense` as in keras.layers.MultiHeadAttention.
+        kind = layers.Dense if equation is None else _EinsumDense
+        shape = dict(units=output_shape, use_bias=self.use_bias)
+        if equation is not None:
+            shape = dict(
+                equation=equation,
+                output_shape=output_shape,
+                bias_axes=bias_axes,
+            )
+        dense = kind(
+            **shape,
+            activation=activation,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
+            kernel_regularizer=self.kernel_regularizer,
+            bias_regularizer=self.bias_regularizer,
+            kernel_constraint=self.kernel_constraint,
+            bias_constraint=self.bias_constraint,
+            dtype=self.dtype_policy,
             name=name,
-            shape=shape,
-            initializer=self._init(self.kernel_initializer),
-            regularizer=self.kernel_regularizer,
-            constraint=self.kernel_constraint,
         )
+        dense.build(input_shape)
+        return dense
 
-    def _bias(self, name, shape):
-        if not self.use_bias:
-            return None
-        return self.add_weight(
-            name=name,
-            shape=shape,
-            initializer=self._init(self.bias_initializer),
-            regularizer=self.bias_regularizer,
-            constraint=self.bias_constraint,
-        )
+    # The projection weights under the names of 0.1 (read-only views).
+    query_kernel = property(lambda self: self._query_dense.kernel)
+    query_bias = property(lambda self: self._query_dense.bias)
+    key_kernel = property(lambda self: self._key_dense.kernel)
+    key_bias = property(lambda self: self._key_dense.bias)
+    value_kernel = property(lambda self: self._value_dense.kernel)
+    value_bias = property(lambda self: self._value_dense.bias)
+    output_kernel = property(lambda self: self._output_dense.kernel)
+    output_bias = property(lambda self: self._output_dense.bias)
+    ff_kernel_1 = property(lambda self: self._ff_1.kernel)
+    ff_bias_1 = property(lambda self: self._ff_1.bias)
+    ff_kernel_2 = property(lambda self: self._ff_2.kernel)
+    ff_bias_2 = property(lambda self: self._ff_2.bias)
+
+    def _denses(self):
+        return [
+            d
+            for d in (
+                self._query_dense,
+                self._key_dense,
+                self._value_dense,
+                self._output_dense,
+                self._ff_1,
+                self._ff_2,
+            )
+            if d is not None
+        ]
+
+    def load_own_variables(self, store):
+        """Also load `.keras` files written by keras_attn 0.1, whose layer
+        held the projection weights itself (in the order of
+        `get_weights()`, which is unchanged)."""
+        if store is None or not len(store.keys()):
+            return super().load_own_variables(store)
+        targets = [v for dense in self._denses() for v in dense.variables]
+        if len(store.keys()) != len(targets):
+            raise ValueError(
+                f"Layer '{self.name}' expected {len(targets)} projection "
+                f"weights from a keras_attn 0.1 file. Received: "
+                f"{len(store.keys())}"
+            )
+        for i, variable in enumerate(targets):
+            variable.assign(store[str(i)])
+        for dense in self._denses():  # their own (absent) entries: skip
+            _skip_next_load(dense)
+
+    def enable_lora(self, rank, targets=("query", "value")):
+        """LoRA (Hu et al. 2021) on the projections named in `targets`
+        (`"query"`, `"key"`, `"value"`, `"attention_output"`), as KerasHub
+        does for query and value by default; the other weights freeze."""
+        for dense in (
+            self._query_dense,
+            self._key_dense,
+            self._value_dense,
+            self._output_dense,
+            self._ff_1,
+            self._ff_2,
+        ):
+            if dense is None:
+                continue
+            if dense.name in targets:
+                dense.enable_lora(rank)
+            else:
+                dense.trainable = False
 
     def _position_layer(self, name):
         if self.position == "sinusoidal":
@@ -223,23 +332,42 @@ class MultiHeadPositional(layers.Layer):
         dq_in, dk_in, dv_in = query_shape[-1], key_shape[-1], value_shape[-1]
         self._widths = {"query": dq_in, "key": dk_in, "value": dv_in}
         out_dim = self.output_dim or dq_in
-        # Projections, shaped like keras.layers.MultiHeadAttention's.
-        self.query_kernel = self._kernel("query_kernel", (dq_in, heads, dk))
-        self.query_bias = self._bias("query_bias", (heads, dk))
-        self.key_kernel = self._kernel("key_kernel", (dk_in, heads, dk))
-        self.key_bias = self._bias("key_bias", (heads, dk))
-        self.value_kernel = self._kernel("value_kernel", (dv_in, heads, dv))
-        self.value_bias = self._bias("value_bias", (heads, dv))
-        self.output_kernel = self._kernel("output_kernel", (heads, dv, out_dim))
-        self.output_bias = self._bias("output_bias", (out_dim,))
-        # Post-attention network g.
+        # Projections: `EinsumDense` sublayers named and shaped like
+        # keras.layers.MultiHeadAttention's, so that quantization, LoRA,
+        # dtype-policy maps and layouts come from Keras.
+        bias = "de" if self.use_bias else None
+        self._query_dense = self._dense(
+            "abc,cde->abde", (None, heads, dk), bias, "query", query_shape
+        )
+        self._key_dense = self._dense(
+            "abc,cde->abde", (None, heads, dk), bias, "key", key_shape
+        )
+        self._value_dense = self._dense(
+            "abc,cde->abde", (None, heads, dv), bias, "value", value_shape
+        )
+        self._output_dense = self._dense(
+            "abcd,cde->abe",
+            (None, out_dim),
+            "e" if self.use_bias else None,
+            "attention_output",
+            (query_shape[0], query_shape[1], heads, dv),
+        )
+        # Post-attention network g, on the last axis.
+        self._ff_1 = self._ff_2 = None
         if self.feed_forward is not None:
             width = heads * dv if self.feed_forward == "concat" else dv
             hidden = self.feed_forward_dim or 2 * width
-            self.ff_kernel_1 = self._kernel("ff_kernel_1", (width, hidden))
-            self.ff_bias_1 = self._bias("ff_bias_1", (hidden,))
-            self.ff_kernel_2 = self._kernel("ff_kernel_2", (hidden, width))
-            self.ff_bias_2 = self._bias("ff_bias_2", (width,))
+            self._ff_1 = self._dense(
+                None,
+                hidden,
+                None,
+                "feed_forward_1",
+                (None, width),
+                activation=self.feed_forward_activation,
+            )
+            self._ff_2 = self._dense(
+                None, width, None, "feed_forward_2", (None, hidden)
+            )
         # Positions. A sinusoidal encoding fits any width; a learned table
         # is created per distinct input width (one for self-attention).
         self.query_position = self.value_position = self.key_position = None
@@ -279,16 +407,8 @@ class MultiHeadPositional(layers.Layer):
             return x
         return x + self._stream_positions[stream](x)
 
-    def _project(self, x, kernel, bias):
-        y = ops.einsum("btd,dhk->bthk", x, kernel)  # (B, T, H, K)
-        return y if bias is None else y + bias
-
     def _g(self, x):
-        h = ops.matmul(x, self.ff_kernel_1)
-        if self.ff_bias_1 is not None:
-            h = h + self.ff_bias_1
-        h = ops.matmul(self.feed_forward_activation(h), self.ff_kernel_2)
-        return h if self.ff_bias_2 is None else h + self.ff_bias_2
+        return self._ff_2(self._ff_1(x))  # W_2 act(W_1 x + b_1) + b_2
 
     def call(
         self,
@@ -334,19 +454,11 @@ class MultiHeadPositional(layers.Layer):
             attention_mask = None  # (B, H, Tq, Tv): applied per head below
         elif attention_mask is not None and len(attention_mask.shape) == 2:
             attention_mask = attention_mask[None]  # (1, Tq, Tv)
-        q = self._project(
-            self._add_positions(query, "query"),
-            self.query_kernel,
-            self.query_bias,
-        )  # (B, Tq, H, K)
-        k = self._project(
-            self._add_positions(key, "key"), self.key_kernel, self.key_bias
-        )  # (B, Tv, H, K)
-        v = self._project(
-            self._add_positions(value, "value"),
-            self.value_kernel,
-            self.value_bias,
-        )  # (B, Tv, H, Dv)
+        q = self._query_dense(self._add_positions(query, "query"))  # (B,Tq,H,K)
+        k = self._key_dense(self._add_positions(key, "key"))  # (B, Tv, H, K)
+        v = self._value_dense(
+            self._add_positions(value, "value")
+        )  # (B,Tv,H,Dv)
         mask = masking.merge_masks(
             ops.shape(query)[1],
             ops.shape(key)[1],
@@ -397,11 +509,7 @@ class MultiHeadPositional(layers.Layer):
             b, t = ops.shape(context)[0], ops.shape(context)[1]
             flat = ops.reshape(context, (b, t, -1))  # (B, Tq, H*Dv)
             context = ops.reshape(self._g(flat), ops.shape(context))
-        output = ops.einsum(
-            "bqhd,hdo->bqo", context, self.output_kernel
-        )  # (B, Tq, O)
-        if self.output_bias is not None:
-            output = output + self.output_bias
+        output = self._output_dense(context)  # (B, Tq, O)
         if head_mask is not None:
             # a row is zero only when no head has a key to attend to
             row_valid = ops.broadcast_to(
@@ -451,9 +559,28 @@ class MultiHeadPositional(layers.Layer):
             return out, scores
         return out
 
+    def _dtype_config(self):
+        """The layer's dtype, as a `DTypePolicyMap` holding the sublayers'
+        own policies once they differ (e.g. after `model.quantize("int8")`),
+        so that a reloaded layer rebuilds them quantized."""
+        policy = self.dtype_policy
+        if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+            return keras.dtype_policies.serialize(policy)
+        own = {
+            dense.path: dense.dtype_policy
+            for dense in (self._denses() if self.built else [])
+            if dense.dtype_policy.name != policy.name
+        }
+        if not own:
+            return keras.dtype_policies.serialize(policy)
+        return keras.dtype_policies.serialize(
+            keras.dtype_policies.DTypePolicyMap(policy, own)
+        )
+
     def get_config(self):
         return {
             **super().get_config(),
+            "dtype": self._dtype_config(),
             "num_heads": self.num_heads,
             "key_dim": self.key_dim,
             "value_dim": self.value_dim,

@@ -27,6 +27,7 @@ LAYER_SUITE = [
     "tests/test_ops.py",
     "tests/test_keras_parity_bugs.py",
     "tests/test_keras_superset.py",
+    "tests/test_keras_machinery.py",
 ]
 
 

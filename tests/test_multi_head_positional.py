@@ -20,7 +20,11 @@ def x_data(b=2, t=6, d=8):
 
 def np_reference(layer, query, value, mask):
     """Seed 002's formulas with the layer's weights, in NumPy."""
-    w = {v.name: v.numpy() for v in layer.weights}
+    names = ["query", "key", "value", "output"]
+    names = [f"{n}_{k}" for n in names for k in ("kernel", "bias")]
+    if layer.feed_forward is not None:
+        names += ["ff_kernel_1", "ff_bias_1", "ff_kernel_2", "ff_bias_2"]
+    w = {n: to_numpy(getattr(layer, n)) for n in names}
 
     def pos(x, stream):
         if layer.position is None:
