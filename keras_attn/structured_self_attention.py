@@ -66,7 +66,14 @@ class StructuredSelfAttention(layers.Layer):
             `"glorot_uniform"`.
         kernel_regularizer: regularizer of `W_s1` and `W_s2`. Defaults to
             `None`.
-        **kwargs: base `keras.layers.Layer` arguments.
+        kernel_constraint: constraint on `W_s1` and `W_s2`. Defaults to
+            `None`.
+        bias_regularizer: regularizer of the bias (`use_bias=True`).
+            Defaults to `None`.
+        bias_constraint: constraint on the bias. Defaults to `None`.
+        seed: seed of the attention dropout. Defaults to `None`.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`,
+            `activity_regularizer`...).
 
     Call arguments:
         inputs: `H`, of shape `(B, T, D)`.
@@ -99,6 +106,10 @@ class StructuredSelfAttention(layers.Layer):
         dropout=0.0,
         kernel_initializer="glorot_uniform",
         kernel_regularizer=None,
+        kernel_constraint=None,
+        bias_regularizer=None,
+        bias_constraint=None,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -121,6 +132,10 @@ class StructuredSelfAttention(layers.Layer):
         self.dropout = dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.seed = seed
         self.supports_masking = True
 
     def _initializer(self):
@@ -145,6 +160,7 @@ class StructuredSelfAttention(layers.Layer):
             shape=(dim, self.units),
             initializer=self._initializer(),
             regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
         )
         self.hidden_bias = None
         if self.use_bias:
@@ -152,15 +168,21 @@ class StructuredSelfAttention(layers.Layer):
                 name="hidden_bias",
                 shape=(self.units,),
                 initializer="zeros",
+                regularizer=self.bias_regularizer,
+                constraint=self.bias_constraint,
             )
         self.hop_kernel = self.add_weight(
             name="hop_kernel",  # W_s2ᵀ
             shape=(self.units, self.num_hops),
             initializer=self._initializer(),
             regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
         )
         self.dropout_layer = layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="dropout"
+            self.dropout,
+            seed=self.seed,
+            dtype=self.dtype_policy,
+            name="dropout",
         )
         self.dropout_layer.build(None)
         self.built = True
@@ -219,6 +241,16 @@ class StructuredSelfAttention(layers.Layer):
             "penalty_coefficient": self.penalty_coefficient,
             "use_bias": self.use_bias,
             "dropout": self.dropout,
+            "kernel_constraint": keras.constraints.serialize(
+                self.kernel_constraint
+            ),
+            "bias_regularizer": keras.regularizers.serialize(
+                self.bias_regularizer
+            ),
+            "bias_constraint": keras.constraints.serialize(
+                self.bias_constraint
+            ),
+            "seed": self.seed,
             "kernel_initializer": keras.initializers.serialize(
                 self.kernel_initializer
             ),

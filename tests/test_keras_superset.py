@@ -50,9 +50,28 @@ def test_seeded_dropout_repeats():
         assert make().get_config()["seed"] == 3
 
 
-@pytest.mark.parametrize("kind", ["attention", "mhp"])
+@pytest.mark.parametrize("kind", ["attention", "mhp", "ssa"])
 def test_constraints_and_regularizers_reach_every_weight(kind):
     nonneg = keras.constraints.NonNeg()
+    if kind == "ssa":
+        layer = keras_attn.StructuredSelfAttention(
+            4,
+            2,
+            use_bias=True,
+            kernel_constraint=nonneg,
+            bias_constraint=nonneg,
+            bias_regularizer="l2",
+            activity_regularizer="l2",
+            seed=5,
+        )
+        layer(V)
+        assert all(w.constraint is not None for w in layer.trainable_weights)
+        assert len(layer.losses) >= 3  # penalty, bias, activity
+        clone = type(layer).from_config(layer.get_config())
+        clone(V)
+        assert clone.seed == 5
+        assert all(w.constraint is not None for w in clone.trainable_weights)
+        return
     if kind == "attention":
         layer = keras_attn.Attention(
             score="additive",
