@@ -102,6 +102,12 @@ class MultiHeadPositional(layers.Layer):
         kernel_constraint: Defaults to `None`.
         bias_constraint: Defaults to `None`.
         seed: seed of the attention dropout. Defaults to `None`.
+        use_gate: gate each head's output by `sigmoid(W_g x_t + b_g)` (as
+            `keras.layers.MultiHeadAttention(use_gate=True)`). Defaults to
+            `False`.
+        flash_attention: passed to `keras.ops.dot_product_attention`
+            (`None`: the backend decides; `True` needs a backend kernel and
+            no scores, no dropout). Defaults to `None`.
         **kwargs: base layer arguments (`name`, `dtype`,
             `activity_regularizer`, ...).
 
@@ -160,6 +166,8 @@ class MultiHeadPositional(layers.Layer):
         kernel_constraint=None,
         bias_constraint=None,
         seed=None,
+        use_gate=False,
+        flash_attention=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -203,6 +211,13 @@ class MultiHeadPositional(layers.Layer):
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
         self.seed = seed
+        self.use_gate = use_gate
+        self.flash_attention = flash_attention
+        if flash_attention and dropout > 0:
+            raise ValueError(
+                "Dropout is not supported with flash attention. Received: "
+                f"dropout={dropout}, flash_attention={flash_attention}"
+            )
         self.supports_masking = True
 
     # -- weights ---------------------------------------------------------
@@ -260,6 +275,7 @@ class MultiHeadPositional(layers.Layer):
             for d in (
                 self._query_dense,
                 self._key_dense,
+                self._gate_dense,
                 self._value_dense,
                 self._output_dense,
                 self._ff_1,
@@ -342,6 +358,16 @@ class MultiHeadPositional(layers.Layer):
         self._key_dense = self._dense(
             "abc,cde->abde", (None, heads, dk), bias, "key", key_shape
         )
+        self._gate_dense = None
+        if self.use_gate:  # sigmoid(W_g x_t) gates each head's output
+            self._gate_dense = self._dense(
+                "abc,cde->abde",
+                (None, heads, dv),
+                bias,
+                "gate",
+                query_shape,
+                activation="sigmoid",
+            )
         self._value_dense = self._dense(
             "abc,cde->abde", (None, heads, dv), bias, "value", value_shape
         )
@@ -406,6 +432,72 @@ class MultiHeadPositional(layers.Layer):
         if self.position is None:
             return x
         return x + self._stream_positions[stream](x)
+
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+    ):
+        """Attention over projected heads: the subclassing hook of
+        `keras.layers.MultiHeadAttention`, same arguments.
+
+        Args:
+            query: `(B, Tq, H, K)`; key: `(B, Tv, H, K)`; value:
+                `(B, Tv, H, Dv)`, positions already added.
+            attention_mask: boolean, broadcastable to `(B, H, Tq, Tv)`.
+
+        Returns:
+            `(context (B, Tq, H, Dv), weights (B, H, Tq, Tv) or None)`.
+        """
+        q, k, v, head_mask = query, key, value, attention_mask
+        dtype = q.dtype
+        if self.flash_attention and return_attention_scores:
+            raise ValueError(
+                "Returning attention scores is not supported when flash "
+                "attention is enabled. Please disable flash attention to "
+                "access attention scores."
+            )
+        scale = 1.0 / math.sqrt(self.key_dim)
+        dropout_active = self.dropout > 0 and bool(training)
+        weights = None
+        # The fused op needs value heads as wide as key heads on JAX. On
+        # TensorFlow it has no fused kernel: it runs the same two einsums as
+        # the explicit path but scales the (B, H, Tq, Tv) logits instead of
+        # q, which is slower (benchmarks/mhp_paths.py), so TF takes the
+        # explicit path.
+        fusable = (
+            self.value_dim or self.key_dim
+        ) == self.key_dim and keras.backend.backend() in self._fused_backends
+        if self.flash_attention:
+            fusable = True  # as Keras: the backend's fused op, or its error
+        if return_attention_scores or dropout_active or not fusable:
+            logits = ops.einsum(
+                "bqhk,bvhk->bhqv", q * ops.cast(scale, dtype), k
+            )  # (B, H, Tq, Tv)
+            weights = masking.masked_softmax(logits, head_mask)
+            dropped = self.dropout_layer(weights, training=training)
+            context = ops.einsum("bhqv,bvhd->bqhd", dropped, v)  # (B,Tq,H,Dv)
+        else:
+            fused_mask = None
+            if head_mask is not None:
+                b, tq, tv = ops.shape(q)[0], ops.shape(q)[1], ops.shape(k)[1]
+                heads = ops.shape(head_mask)[1]
+                fused_mask = ops.broadcast_to(
+                    head_mask, (b, heads, tq, tv)
+                )  # (B, 1|H, Tq, Tv)
+            context = ops.dot_product_attention(
+                q,
+                k,
+                v,
+                mask=fused_mask,
+                scale=scale,
+                flash_attention=self.flash_attention,
+            )  # (B, Tq, H, Dv)
+        return context, weights
 
     def _g(self, x):
         return self._ff_2(self._ff_1(x))  # W_2 act(W_1 x + b_1) + b_2
@@ -474,35 +566,12 @@ class MultiHeadPositional(layers.Layer):
                 if head_mask is None
                 else ops.logical_and(head_mask, head_attention_mask)
             )  # (B, H, Tq, Tv)
-        scale = 1.0 / math.sqrt(self.key_dim)
-        dropout_active = self.dropout > 0 and bool(training)
-        weights = None
-        # The fused op needs value heads as wide as key heads on JAX. On
-        # TensorFlow it has no fused kernel: it runs the same two einsums as
-        # the explicit path but scales the (B, H, Tq, Tv) logits instead of
-        # q, which is slower (benchmarks/mhp_paths.py), so TF takes the
-        # explicit path.
-        fusable = (
-            self.value_dim or self.key_dim
-        ) == self.key_dim and keras.backend.backend() in self._fused_backends
-        if return_attention_scores or dropout_active or not fusable:
-            logits = ops.einsum(
-                "bqhk,bvhk->bhqv", q * ops.cast(scale, dtype), k
-            )  # (B, H, Tq, Tv)
-            weights = masking.masked_softmax(logits, head_mask)
-            dropped = self.dropout_layer(weights, training=training)
-            context = ops.einsum("bhqv,bvhd->bqhd", dropped, v)  # (B,Tq,H,Dv)
-        else:
-            fused_mask = None
-            if head_mask is not None:
-                b, tq, tv = ops.shape(q)[0], ops.shape(q)[1], ops.shape(k)[1]
-                heads = ops.shape(head_mask)[1]
-                fused_mask = ops.broadcast_to(
-                    head_mask, (b, heads, tq, tv)
-                )  # (B, 1|H, Tq, Tv)
-            context = ops.dot_product_attention(
-                q, k, v, mask=fused_mask, scale=scale
-            )  # (B, Tq, H, Dv)
+        context, weights = self._compute_attention(
+            q, k, v, head_mask, training, return_attention_scores
+        )  # (B, Tq, H, Dv), (B, H, Tq, Tv) or None
+        if self._gate_dense is not None:
+            gate = self._gate_dense(self._add_positions(query, "query"))
+            context = ops.multiply(context, gate)  # (B, Tq, H, Dv)
         if self.feed_forward == "per_head":
             context = self._g(context)  # (B, Tq, H, Dv)
         elif self.feed_forward == "concat":
@@ -613,4 +682,6 @@ class MultiHeadPositional(layers.Layer):
                 self.bias_constraint
             ),
             "seed": self.seed,
+            "use_gate": self.use_gate,
+            "flash_attention": self.flash_attention,
         }

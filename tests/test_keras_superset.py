@@ -137,3 +137,51 @@ def test_per_head_attention_masks():
         ValueError, match=r"attention_mask.shape=\(2, 3, 3, 5\)"
     ):
         ours(Q, V, attention_mask=np.ones((2, 3, 3, 5), bool))
+
+
+def test_use_gate_equals_keras_mha_with_use_gate():
+    theirs = keras.layers.MultiHeadAttention(2, 3, use_gate=True)
+    ours = keras_attn.MultiHeadPositional(2, 3, position=None, use_gate=True)
+    theirs(Q, V), ours(Q, V)
+    assert [w.shape for w in ours.weights] == [w.shape for w in theirs.weights]
+    ours.set_weights(theirs.get_weights())
+    np.testing.assert_allclose(
+        to_numpy(ours(Q, V)), to_numpy(theirs(Q, V)), atol=1e-5
+    )
+    assert ours.get_config()["use_gate"] is True
+
+
+def test_compute_attention_is_the_subclassing_hook():
+    seen = {}
+
+    class Silent(keras_attn.MultiHeadPositional):
+        def _compute_attention(self, query, key, value, *args, **kwargs):
+            seen["shapes"] = tuple(query.shape), tuple(value.shape)
+            context, weights = super()._compute_attention(
+                query, key, value, *args, **kwargs
+            )
+            return context * 0.0, weights
+
+    layer = Silent(2, 3, value_dim=5, position=None)
+    out = to_numpy(layer(Q, V))
+    assert seen["shapes"] == ((2, 3, 2, 3), (2, 5, 2, 5))
+    bias = to_numpy(layer.output_bias)
+    np.testing.assert_allclose(out, np.broadcast_to(bias, out.shape))
+
+
+def test_flash_attention_rules_follow_keras():
+    with pytest.raises(ValueError, match="Dropout is not supported"):
+        keras_attn.MultiHeadPositional(2, 2, dropout=0.1, flash_attention=True)
+    layer = keras_attn.MultiHeadPositional(2, 2, flash_attention=True)
+    with pytest.raises(ValueError, match="Returning attention scores"):
+        layer(Q, V, return_attention_scores=True)
+    off = keras_attn.MultiHeadPositional(2, 2, position=None)
+    off(Q, V)
+    explicit = keras_attn.MultiHeadPositional(
+        2, 2, position=None, flash_attention=False
+    )
+    explicit(Q, V)
+    explicit.set_weights(off.get_weights())
+    np.testing.assert_allclose(
+        to_numpy(explicit(Q, V)), to_numpy(off(Q, V)), atol=1e-5
+    )
