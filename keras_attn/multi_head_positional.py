@@ -95,6 +95,9 @@ class MultiHeadPositional(layers.Layer):
         dropout: dropout rate on the attention weights. Defaults to `0.0`.
         use_bias: whether projections have biases. Defaults to `True`.
         output_dim: output width. Defaults to the query's width.
+        output_shape: Keras's name for the output's trailing shape: an int
+            or a tuple (e.g. `(4, 5)` gives `(B, Tq, 4, 5)`); not with
+            `output_dim`. Defaults to `None`.
         kernel_initializer: Defaults to `"glorot_uniform"`.
         bias_initializer: Defaults to `"zeros"`.
         kernel_regularizer: Defaults to `None`.
@@ -159,6 +162,7 @@ class MultiHeadPositional(layers.Layer):
         dropout=0.0,
         use_bias=True,
         output_dim=None,
+        output_shape=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         kernel_regularizer=None,
@@ -176,6 +180,26 @@ class MultiHeadPositional(layers.Layer):
         positive_int("value_dim", value_dim, allow_none=True)
         positive_int("feed_forward_dim", feed_forward_dim, allow_none=True)
         positive_int("output_dim", output_dim, allow_none=True)
+        if output_shape is not None:
+            dims = (
+                (output_shape,)
+                if isinstance(output_shape, int)
+                else tuple(output_shape)
+            )
+            if not dims or any(
+                isinstance(d, bool) or not isinstance(d, int) or d <= 0
+                for d in dims
+            ):
+                raise ValueError(
+                    "Expected output_shape to be a positive integer or a "
+                    f"tuple of them. Received: output_shape={output_shape!r}"
+                )
+            if output_dim is not None:
+                raise ValueError(
+                    "Give output_dim or output_shape, not both. Received: "
+                    f"output_dim={output_dim}, output_shape={output_shape!r}"
+                )
+            output_shape = dims
         if position not in POSITIONS:
             raise ValueError(
                 f"Expected position to be one of {POSITIONS}. "
@@ -204,6 +228,7 @@ class MultiHeadPositional(layers.Layer):
         self.dropout = dropout
         self.use_bias = use_bias
         self.output_dim = output_dim
+        self.output_shape_ = output_shape  # Keras's name, as a tuple
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -347,7 +372,8 @@ class MultiHeadPositional(layers.Layer):
         dv = self.value_dim or self.key_dim
         dq_in, dk_in, dv_in = query_shape[-1], key_shape[-1], value_shape[-1]
         self._widths = {"query": dq_in, "key": dk_in, "value": dv_in}
-        out_dim = self.output_dim or dq_in
+        out_dims = self._out_dims(dq_in)
+        out_letters = "efghij"[: len(out_dims)]
         # Projections: `EinsumDense` sublayers named and shaped like
         # keras.layers.MultiHeadAttention's, so that quantization, LoRA,
         # dtype-policy maps and layouts come from Keras.
@@ -372,9 +398,9 @@ class MultiHeadPositional(layers.Layer):
             "abc,cde->abde", (None, heads, dv), bias, "value", value_shape
         )
         self._output_dense = self._dense(
-            "abcd,cde->abe",
-            (None, out_dim),
-            "e" if self.use_bias else None,
+            f"abcd,cd{out_letters}->ab{out_letters}",
+            (None, *out_dims),
+            out_letters if self.use_bias else None,
             "attention_output",
             (query_shape[0], query_shape[1], heads, dv),
         )
@@ -585,9 +611,9 @@ class MultiHeadPositional(layers.Layer):
                 ops.any(masking.any_valid(head_mask), axis=1),
                 ops.shape(output)[:2],
             )  # (B, Tq)
-            output = ops.where(
-                row_valid[:, :, None], output, ops.zeros_like(output)
-            )
+            for _ in range(len(output.shape) - 2):  # one per output axis
+                row_valid = row_valid[..., None]
+            output = ops.where(row_valid, output, ops.zeros_like(output))
         set_output_mask(output, query_mask)
         if return_attention_scores:
             return output, weights
@@ -598,7 +624,14 @@ class MultiHeadPositional(layers.Layer):
     ):
         if value_shape is not None and key_shape is not None:
             check_key_value(value_shape, key_shape)
-        return (*query_shape[:-1], self.output_dim or query_shape[-1])
+        return (*query_shape[:-1], *self._out_dims(query_shape[-1]))
+
+    def _out_dims(self, query_width):
+        """The output's trailing dimensions (one, unless `output_shape` is
+        a tuple)."""
+        if self.output_shape_ is not None:
+            return self.output_shape_
+        return (self.output_dim or query_width,)
 
     def compute_output_spec(
         self,
@@ -663,6 +696,7 @@ class MultiHeadPositional(layers.Layer):
             "dropout": self.dropout,
             "use_bias": self.use_bias,
             "output_dim": self.output_dim,
+            "output_shape": self.output_shape_,
             "kernel_initializer": keras.initializers.serialize(
                 self.kernel_initializer
             ),

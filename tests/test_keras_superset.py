@@ -185,3 +185,25 @@ def test_flash_attention_rules_follow_keras():
     np.testing.assert_allclose(
         to_numpy(explicit(Q, V)), to_numpy(off(Q, V)), atol=1e-5
     )
+
+
+@pytest.mark.parametrize("output_shape", [6, (6,), (2, 3)])
+def test_output_shape_like_keras(output_shape):
+    theirs = keras.layers.MultiHeadAttention(2, 3, output_shape=output_shape)
+    ours = keras_attn.MultiHeadPositional(
+        2, 3, position=None, output_shape=output_shape
+    )
+    want = theirs(Q, V)
+    ours(Q, V)
+    ours.set_weights(theirs.get_weights())
+    qm = np.array([[1, 1, 0], [1, 1, 1]], bool)
+    got = to_numpy(ours(Q, V, query_mask=qm))
+    np.testing.assert_allclose(got[qm], to_numpy(want)[qm], atol=1e-5)
+    assert np.all(got[~qm] == 0)  # a masked query row is zeros
+    assert ours.compute_output_shape(Q.shape, V.shape) == tuple(got.shape)
+    clone = keras_attn.MultiHeadPositional.from_config(ours.get_config())
+    assert tuple(to_numpy(clone(Q, V)).shape) == tuple(got.shape)
+    with pytest.raises(ValueError, match="not both"):
+        keras_attn.MultiHeadPositional(2, 3, output_dim=4, output_shape=4)
+    with pytest.raises(ValueError, match=r"output_shape=\(2, 0\)"):
+        keras_attn.MultiHeadPositional(2, 3, output_shape=(2, 0))
