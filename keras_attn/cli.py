@@ -20,7 +20,6 @@ SAMPLE_REVIEWS = [
     "Terrible acting, cheap effects and a script so bad it hurts. Easily "
     "the worst movie of the year.",
 ]
-PREFERRED_MODELS = ("imdb_ssa",)
 SAMPLE_SENTENCES = [
     "I am tired.",
     "Where is the station?",
@@ -47,11 +46,13 @@ def run(args):
 def models_dir(args=None):
     """`--models`, `$KERAS_ATTN_MODELS`, `./saved_models`, or the
     checkout's `saved_models/`, the first that is given or exists."""
-    given = getattr(args, "models", None) or os.environ.get("KERAS_ATTN_MODELS")
+    flag = getattr(args, "models", None)
+    given = flag or os.environ.get("KERAS_ATTN_MODELS")
     if given:
         if not os.path.isdir(given):
+            source = "--models" if flag else "$KERAS_ATTN_MODELS"
             raise ValueError(
-                f"No such models folder. Received: --models={given!r}"
+                f"No such models folder. Received: {source}={given!r}"
             )
         return given
     here = os.path.dirname(os.path.abspath(__file__))
@@ -61,19 +62,33 @@ def models_dir(args=None):
     return os.path.normpath(os.path.join(here, "..", "saved_models"))
 
 
-def find_shipped_model(args=None):
+def _model_folders(args=None):
     root = models_dir(args)
-    for name in PREFERRED_MODELS:
-        path = os.path.join(root, name, "model.keras")
+    if not os.path.isdir(root):
+        return []
+    return [os.path.join(root, name) for name in sorted(os.listdir(root))]
+
+
+def find_shipped_model(args=None):
+    """The first folder under the models folder holding a `model.keras`
+    (the text-classifier contract: see docs/export.md)."""
+    for folder in _model_folders(args):
+        path = os.path.join(folder, "model.keras")
         if os.path.isfile(path):
             return path
     return None
 
 
 def find_translator(args=None):
-    path = os.path.join(models_dir(args), "translation_en_fr", "saved_model")
-    found = os.path.isfile(os.path.join(path, "saved_model.pb"))
-    return path if found else None
+    """The first folder holding a `saved_model/` and the target vocabulary
+    beside it (the translator contract: see docs/export.md)."""
+    for folder in _model_folders(args):
+        path = os.path.join(folder, "saved_model")
+        if os.path.isfile(
+            os.path.join(path, "saved_model.pb")
+        ) and os.path.isfile(os.path.join(folder, "target_vocabulary.txt")):
+            return path
+    return None
 
 
 def read_texts(args, default=None, flag="text"):

@@ -362,3 +362,26 @@ def test_single_string_predict_in_python(files):
     listed = clf.predict(["great film"])["probability"]
     assert one.shape == (1, 1)
     np.testing.assert_array_equal(one, listed)
+
+
+def test_models_are_found_by_contract_not_by_name(
+    tmp_path, capsys, monkeypatch
+):
+    import shutil
+
+    from keras_attn import cli as commands
+
+    renamed = tmp_path / "models"
+    renamed.mkdir()
+    shutil.copytree(IMDB, renamed / "my_reviews_model")
+    os.symlink(TRANSLATOR, renamed / "my_translator")
+    monkeypatch.setenv("KERAS_ATTN_MODELS", str(renamed))
+    assert commands.find_shipped_model() == str(
+        renamed / "my_reviews_model" / "model.keras"
+    )
+    assert commands.find_translator() == str(
+        renamed / "my_translator" / "saved_model"
+    )
+    monkeypatch.setenv("KERAS_ATTN_MODELS", str(tmp_path / "missing"))
+    code, _, err = cli(capsys, "translate", "hi")
+    assert_clean_error(code, err, "$KERAS_ATTN_MODELS=")
