@@ -46,6 +46,14 @@ def build_parser():
         help="show TensorFlow's logs and full tracebacks",
     )
     parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop with an error if the command runs longer (a model from "
+        "a stranger can loop forever)",
+    )
+    parser.add_argument(
         "--models",
         default=None,
         metavar="DIR",
@@ -133,6 +141,7 @@ def _quiet_native_stderr():
     saved = os.dup(2)
     old = sys.stderr
     real = None
+    _REAL_STDERR[0] = saved  # where the --timeout watchdog writes
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
@@ -143,6 +152,7 @@ def _quiet_native_stderr():
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)
+        _REAL_STDERR[0] = 2
         sys.stderr = old
         if real is not None:
             real.close()
@@ -150,11 +160,46 @@ def _quiet_native_stderr():
             os.close(saved)
 
 
+def _watchdog(seconds):
+    """After `seconds`, print a clean error and end the process: a graph
+    stuck in a TensorFlow op cannot be interrupted from Python."""
+    import threading
+
+    def expire():
+        message = (
+            f"keras-attn: error: the command ran longer than --timeout="
+            f"{seconds:g} seconds (a model that never finishes?)\n"
+        )
+        os.write(_REAL_STDERR[0], message.encode())
+        os._exit(2)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+_REAL_STDERR = [2]
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     if args.command is None:
         args = build_parser().parse_args([*argv, "classify"])
+    if args.timeout is not None and args.timeout <= 0:
+        build_parser().error(
+            f"--timeout must be positive. Received: --timeout={args.timeout}"
+        )
+    timer = _watchdog(args.timeout) if args.timeout else None
+    try:
+        return _main(args)
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _main(args):
     if args.verbose:
         return _run(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

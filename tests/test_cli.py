@@ -385,3 +385,32 @@ def test_models_are_found_by_contract_not_by_name(
     monkeypatch.setenv("KERAS_ATTN_MODELS", str(tmp_path / "missing"))
     code, _, err = cli(capsys, "translate", "hi")
     assert_clean_error(code, err, "$KERAS_ATTN_MODELS=")
+
+
+@pytest.mark.slow
+def test_timeout_turns_a_model_that_never_finishes_into_an_error(tmp_path):
+    import time
+
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def endless(texts):
+        (i,) = tf.while_loop(
+            lambda i: tf.constant(True), lambda i: (i + 1,), [tf.constant(0)]
+        )
+        return {"probability": tf.zeros_like(texts, tf.float32) + float(i)}
+
+    saved_module(tmp_path / "endless", endless)
+    start = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-m", "keras_attn_cli", "--timeout", "15"]
+        + ["predict", str(tmp_path / "endless"), "hi"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert proc.returncode == 2, proc.stderr[-1000:]
+    assert "--timeout=15 seconds" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert time.time() - start < 120
