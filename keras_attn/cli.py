@@ -91,26 +91,31 @@ def find_translator(args=None):
     return None
 
 
+def read_text_file(path, flag):
+    """Non-blank lines of a UTF-8 file (`-`: standard input); errors name
+    `flag`, the option that gave the path."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    elif not os.path.isfile(path):
+        raise ValueError(f"No such file. Received: {flag}={path!r}")
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"Expected UTF-8 text ({err.reason} at byte {err.start}). "
+            f"Received: {flag}={path!r}"
+        ) from None
+    return [line for line in lines if line.strip()]
+
+
 def read_texts(args, default=None, flag="text"):
     """Positional texts plus `--file` lines (`-`: standard input)."""
     texts = list(getattr(args, "text", None) or [])
-    path = getattr(args, "file", None)
-    if path is not None:
-        if path == "-":
-            data = sys.stdin.buffer.read()
-        elif not os.path.isfile(path):
-            raise ValueError(f"No such file. Received: --file={path!r}")
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
-        try:
-            lines = data.decode("utf-8").splitlines()
-        except UnicodeDecodeError as err:
-            raise ValueError(
-                f"Expected UTF-8 text ({err.reason} at byte {err.start}). "
-                f"Received: --file={path!r}"
-            ) from None
-        texts += [line for line in lines if line.strip()]
+    if getattr(args, "file", None) is not None:
+        texts += read_text_file(args.file, "--file")
     if not texts:
         if default is not None:
             return list(default)
@@ -364,8 +369,7 @@ def _explain(args):
     if args.text is not None and args.file is not None:
         raise ValueError("Give the text or --file, not both.")
     if args.file is not None:
-        texts = read_texts(argparse_namespace(file=args.file), flag="--file")
-        text = "\n".join(texts)
+        text = "\n".join(read_text_file(args.file, "--file"))
     else:
         text = args.text
     if text is None or not text.strip():
@@ -394,16 +398,6 @@ def _explain(args):
     return 0
 
 
-def argparse_namespace(**kwargs):
-    import argparse
-
-    return argparse.Namespace(**kwargs)
-
-
-def _read_lines(path, flag):
-    return read_texts(argparse_namespace(file=path), flag=flag)
-
-
 def _export(args):
     from keras_attn import export
 
@@ -413,11 +407,7 @@ def _export(args):
         )
     texts = None
     if args.calibration is not None:
-        if not os.path.isfile(args.calibration):
-            raise ValueError(
-                f"No such file. Received: --calibration={args.calibration!r}"
-            )
-        texts = _read_lines(args.calibration, "--calibration")
+        texts = read_text_file(args.calibration, "--calibration")
     names = {
         "quantize": "--quantize",
         "calibration_texts": "--calibration",

@@ -10,6 +10,8 @@ import os
 
 import numpy as np
 
+from keras_attn.litert_runtime import ASCII_LOWER
+
 
 def find_vectorizer(model):
     """The model's one `TextVectorization` layer (at any depth)."""
@@ -76,11 +78,6 @@ def top_tokens(result, k=8):
     return picked
 
 
-_LOWER = str.maketrans(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz"
-)
-
-
 def token_spans(text, tokens):
     """`(start, end)` of each token in the original `text`, or `None`.
 
@@ -88,7 +85,7 @@ def token_spans(text, tokens):
     spaces, so each token is a run of the ASCII-lowercased text; tokens are
     found left to right.
     """
-    lower, cursor, spans = text.translate(_LOWER), 0, []
+    lower, cursor, spans = text.translate(ASCII_LOWER), 0, []
     for token in tokens:
         at = lower.find(token, cursor) if token != "[UNK]" else -1
         if at < 0:

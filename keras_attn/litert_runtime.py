@@ -28,7 +28,8 @@ import numpy as np
 METADATA_VOCABULARY = "keras_attn.vocabulary"
 METADATA_CONFIG = "keras_attn.config"
 
-_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+# ASCII letters only, as `tf.strings.lower` without an encoding.
+ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _MARKS = re.compile(r"([!?])")
 _OTHER = re.compile(r"[^a-z0-9!?' ]")
 _SPACE_RUN = re.compile(" {3,}")
@@ -74,7 +75,7 @@ def _pieces(text, shorten=True):
     carry = ""
     short = _shorten if shorten else str
     for part in _untagged(text):
-        part = _OTHER.sub(" ", _MARKS.sub(r" \1 ", part.translate(_LOWER)))
+        part = _OTHER.sub(" ", _MARKS.sub(r" \1 ", part.translate(ASCII_LOWER)))
         if shorten:
             # Two spaces leave the next piece's separator free whatever
             # came before, as any longer run does: same tokens, fewer
@@ -489,7 +490,7 @@ _SENT_WS = re.compile(r"[\t\n\f\r ]+")
 
 def standardize_sentence(text):
     """The same steps as `keras_attn.text.standardize_sentence`."""
-    text = text.translate(_LOWER)
+    text = text.translate(ASCII_LOWER)
     text = _SENT_SPACES.sub(" ", text)
     text = _SENT_PUNCT.sub(r" \1 ", text)
     text = text.replace("'", "' ")

@@ -339,6 +339,20 @@ def test_export_errors_name_the_flags_and_write_nothing(
         "int8",
     )
     assert_clean_error(code, err, "--calibration=")
+    (tmp_path / "binary.txt").write_bytes(b"\xff\xfe")
+    code, _, err = cli(
+        capsys,
+        "export",
+        model,
+        "--tflite",
+        str(tmp_path / "m.tflite"),
+        "--calibration",
+        str(tmp_path / "binary.txt"),
+        "--quantize",
+        "int8",
+    )
+    assert_clean_error(code, err, "Received: --calibration=")
+    (tmp_path / "binary.txt").unlink()
     code, _, err = cli(capsys, "export", model, "--saved-model", str(folder))
     assert_clean_error(code, err, "Refusing to replace")
 
