@@ -4,6 +4,7 @@ from keras_attn.additive_attention import AdditiveAttention
 from keras_attn.attention import Attention
 from keras_attn.learned_position_embedding import LearnedPositionEmbedding
 from keras_attn.multi_head_positional import MultiHeadPositional
+from keras_attn.seq2seq import AttentionDecoder
 from keras_attn.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.structured_self_attention import StructuredSelfAttention
 from keras_attn.text import standardize_review
@@ -12,6 +13,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "AdditiveAttention",
+    "AttentionDecoder",
     "Attention",
     "LearnedPositionEmbedding",
     "MultiHeadPositional",

@@ -310,6 +310,21 @@ def _check_sentences(texts, flag="text"):
             )
 
 
+def _check_length(out, texts, flag="text"):
+    """A clear error when a translator read only the start of an input
+    (its `source_truncated` output)."""
+    if "source_truncated" not in out:
+        return
+    limit = out["attention"].shape[-1]
+    for text, cut in zip(texts, out["source_truncated"].numpy(), strict=True):
+        if cut:
+            raise ValueError(
+                f"Expected at most {limit} words per sentence (the "
+                f"translator reads no more). Received: {flag}={text!r}; "
+                "split it into shorter sentences"
+            )
+
+
 def _print_translations(path, texts, alignment=False, allow_unsafe=False):
     """Translate `texts`; print the first one's alignment as a grid."""
     import tensorflow as tf
@@ -317,6 +332,7 @@ def _print_translations(path, texts, alignment=False, allow_unsafe=False):
     _check_sentences(texts)
     fn = load_translator(path, allow_unsafe)
     out = _run_model(fn, tf.constant(texts))
+    _check_length(out, texts)
     print(f"Translator: {path}\n")
     for text, fr in zip(texts, out["translation"].numpy(), strict=True):
         print(f"{text}  ->  {fr.decode()}")
@@ -510,6 +526,7 @@ def _align(args):
                 )
     fn = load_translator(args.model, args.allow_unsafe_ops)
     out = _run_model(fn, tf.constant([args.text]))
+    _check_length(out, [args.text])
     src = [t.decode() for t in out["source_tokens"].numpy()[0] if t]
     tgt = [t.decode() for t in out["target_tokens"].numpy()[0] if t]
     if not src:

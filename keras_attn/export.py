@@ -863,7 +863,7 @@ def _freeze(function):
     return frozen
 
 
-def export_signatures_tflite(functions, path, overwrite=False):
+def export_signatures_tflite(functions, path, overwrite=False, metadata=None):
     """A LiteRT model with one signature per `tf.function`, builtin ops only.
 
     Args:
@@ -873,6 +873,8 @@ def export_signatures_tflite(functions, path, overwrite=False):
         path: the `.tflite` file to write.
         overwrite: replace `path` even when it is not a LiteRT file.
             Defaults to `False`.
+        metadata: `{name: bytes}` stored in the file as LiteRT metadata
+            (see `with_metadata`). Defaults to `None`.
 
     Variables become constants (no `READ_VARIABLE` ops); the file is
     written atomically.
@@ -892,6 +894,8 @@ def export_signatures_tflite(functions, path, overwrite=False):
         )
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         data = converter.convert()
+    if metadata:
+        data = with_metadata(data, metadata)
     with staged(target) as (tmp_path,):
         with open(tmp_path, "wb") as f:
             f.write(data)

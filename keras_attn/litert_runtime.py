@@ -488,102 +488,119 @@ _SENT_PUNCT = re.compile(r"([.,!?;:\"«»()])")
 _SENT_WS = re.compile(r"[\t\n\f\r ]+")
 
 
-def standardize_sentence(text):
-    """The same steps as `keras_attn.text.standardize_sentence`."""
-    text = text.translate(ASCII_LOWER)
+def split_sentence(text):
+    """The same steps as `keras_attn.text.split_sentence` (case kept)."""
     text = _SENT_SPACES.sub(" ", text)
     text = _SENT_PUNCT.sub(r" \1 ", text)
     text = text.replace("'", "' ")
     return _SENT_WS.sub(" ", text).strip("\t\n\f\r ")
 
 
+def standardize_sentence(text):
+    """The same steps as `keras_attn.text.standardize_sentence`."""
+    return split_sentence(text.translate(ASCII_LOWER))
+
+
+STANDARDIZERS = {
+    "split_sentence": split_sentence,
+    "standardize_sentence": standardize_sentence,
+}
+
+
 class LiteRTTranslator:
-    """Greedy translation with the `encode`/`step` LiteRT signatures.
+    """Translation with a LiteRT model, NumPy and LiteRT only.
+
+    Reads a file written by `keras_attn.seq2seq.Translator.export_tflite`:
+    one `translate` signature runs the whole greedy search (one call per
+    sentence), and the vocabularies and settings travel inside the file as
+    metadata. An `[UNK]` in the output is replaced by the source word the
+    attention points at; an input with no words gives `""`.
 
     Safe to share between threads (one lock around each translation).
 
     Args:
-        model_path: a `.tflite` file with an `encode(source)` signature
-            returning `memory`, `state` and a one-token `step(prev, state,
-            memory, memory_mask)` returning `logits`, `state` (written by
-            `export.export_signatures_tflite`; see the translation example).
-        folder: where `source_vocabulary.txt` and `target_vocabulary.txt`
-            are. Defaults to the model's folder.
-        max_length: the most output tokens. Defaults to `20`.
+        model_path: the `.tflite` file.
     """
 
-    def __init__(self, model_path, folder=None, max_length=20):
-        folder = folder or os.path.dirname(os.path.abspath(model_path))
-        self.source_vocab = read_vocabulary(
-            os.path.join(folder, "source_vocabulary.txt")
-        )
-        self.target_vocab = read_vocabulary(
-            os.path.join(folder, "target_vocabulary.txt")
-        )
-        self.index = {t: i for i, t in enumerate(self.source_vocab) if i > 1}
-        data, _ = load_verified(model_path)
+    def __init__(self, model_path):
+        data, model = load_verified(model_path)
         self.interpreter = _interpreter(data, model_path)
         self._lock = threading.Lock()
-        try:
-            self.encode = self.interpreter.get_signature_runner("encode")
-            self.step = self.interpreter.get_signature_runner("step")
-        except (ValueError, RuntimeError) as err:
+        signatures = self.interpreter.get_signature_list()
+        entries = metadata(model)
+        if "translate" not in signatures or "keras_attn.config" not in entries:
             raise ValueError(
-                "Expected a LiteRT translator with 'encode' and 'step' "
-                f"signatures. Received: {model_path!r} ({err})"
-            ) from None
-        self.length = self.encode.get_input_details()["source"]["shape"][1]
-        if "[start]" not in self.target_vocab or (
-            "[end]" not in self.target_vocab
-        ):
-            raise ValueError(
-                "Expected '[start]' and '[end]' in the target vocabulary. "
-                f"Received: {os.path.join(folder, 'target_vocabulary.txt')!r}"
+                "Expected a LiteRT translator written by "
+                "keras_attn.seq2seq.Translator.export_tflite (a 'translate' "
+                f"signature and keras_attn.config metadata). Received: "
+                f"{model_path!r} with signatures {sorted(signatures)}"
             )
-        self.start = self.target_vocab.index("[start]")
-        self.end = self.target_vocab.index("[end]")
-        self.max_length = max_length
-        # Never emit the unknown-word token (as the SavedModel does).
-        self.banned = [
-            i for i, t in enumerate(self.target_vocab) if t == "[UNK]"
-        ]
+        config = json.loads(entries["keras_attn.config"].decode())
+        self.source_vocab = parse_vocabulary(
+            entries.get("keras_attn.source_vocabulary", b""), model_path
+        )
+        self.target_vocab = parse_vocabulary(
+            entries.get("keras_attn.target_vocabulary", b""), model_path
+        )
+        name = config.get("standardize") or "standardize_sentence"
+        if name not in STANDARDIZERS:
+            raise ValueError(
+                f"Unknown standardization {name!r} in {model_path!r}; "
+                f"expected one of {sorted(STANDARDIZERS)}"
+            )
+        self.standardize = STANDARDIZERS[name]
+        self.length = int(config["source_length"])
+        self.max_length = int(config["max_length"])
+        self.end = int(config["end_id"])
+        self.unknown = (
+            int(config["unknown_id"]) if config.get("copy_unknown") else -1
+        )
+        self.detokenize = [tuple(rule) for rule in config["detokenize"]]
+        self.runner = self.interpreter.get_signature_runner("translate")
+        self.index = {t: i for i, t in enumerate(self.source_vocab) if i > 1}
 
-    def source_ids(self, text):
+    def source_words(self, text, truncate=False):
+        """The standardized words of `text`; a `ValueError` when there are
+        more than the model reads, unless `truncate`."""
+        (text,) = as_texts([text], "text")
+        found = [t for t in self.standardize(text).split(" ") if t]
+        if len(found) > self.length and not truncate:
+            raise ValueError(
+                f"Expected at most {self.length} words (the translator reads "
+                f"no more). Received: text with {len(found)} words; pass "
+                "truncate=True to translate the first ones"
+            )
+        return found[: self.length]
+
+    def source_ids(self, words):
         ids = np.zeros((1, self.length), "int32")
-        found = [t for t in standardize_sentence(text).split(" ") if t]
-        found = found[: self.length]
-        ids[0, : len(found)] = [self.index.get(t, 1) for t in found]
+        ids[0, : len(words)] = [self.index.get(t, 1) for t in words]
         return ids
 
-    def translate_ids(self, text):
+    def translate_ids(self, text, truncate=False):
+        """`(ids, alignment (L, S) or None, source words)` of `text`."""
+        words = self.source_words(text, truncate)
+        if not words:
+            return [], None, words
         with self._lock:
-            return self._translate_ids(text)
+            out = self.runner(source=self.source_ids(words))
+            ids = [int(i) for i in np.asarray(out["ids"])[0]]
+            align = np.array(out["alignment"][0], "float32")
+        if self.end in ids:
+            ids = ids[: ids.index(self.end)]
+        ids = [i for i in ids if i > 0]
+        return ids, align[: len(ids)], words
 
-    def _translate_ids(self, text):
-        source = self.source_ids(text)
-        enc = self.encode(source=source)
-        memory, state = np.array(enc["memory"]), np.array(enc["state"])
-        mask = source != 0
-        prev, out = self.start, []
-        for _ in range(self.max_length):
-            res = self.step(
-                prev=np.array([[prev]], "int32"),
-                state=state,
-                memory=memory,
-                memory_mask=mask,
-            )
-            logits = np.array(res["logits"][0], "float32")
-            logits[self.banned] = -np.inf
-            prev = int(np.argmax(logits))
-            state = np.array(res["state"])
-            if prev == self.end:
-                break
-            out.append(prev)
-        return out
-
-    def translate(self, text):
-        words = [
-            self.target_vocab[i] for i in self.translate_ids(text) if i > 0
-        ]
-        joined = " ".join(words).replace("' ", "'")
-        return re.sub(r" ([.,])", r"\1", joined).strip()
+    def translate(self, text, truncate=False):
+        """The translation of `text` (empty for an input with no words)."""
+        ids, align, words = self.translate_ids(text, truncate)
+        out = []
+        for t, i in enumerate(ids):
+            if i == self.unknown:
+                out.append(words[int(np.argmax(align[t, : len(words)]))])
+            else:
+                out.append(self.target_vocab[i])
+        joined = " ".join(out)
+        for pattern, rewrite in self.detokenize:
+            joined = re.sub(pattern, rewrite, joined)
+        return joined.strip()

@@ -126,6 +126,20 @@ class MultiHeadPositional(layers.Layer):
         return_attention_scores: also return the weights `(B, H, Tq, Tv)`.
         training: whether dropout is active.
         mask: alias of `query_mask`, filled by Keras for `layer(x)`.
+        cache: for incremental decoding, projected keys and values
+            `(B, 2, T, H, key_dim)` (KerasHub's `CachedMultiHeadAttention`
+            layout). With `cache_update_index=None` it is a precomputed
+            memory (`compute_cache`) for cross-attention; with an index it
+            is a causal self-attention cache (`empty_cache`): the new
+            steps' keys and values are written at `cache_update_index`,
+            their positions continue from it, and each attends to the
+            cache up to its own position.
+        cache_update_index: the position of `query`'s first step in the
+            cache (an int or a scalar tensor).
+        start_index: the position of `query`'s first step, for its
+            position encoding, with a `cache`. Defaults to
+            `cache_update_index`, or 0 for cross-attention (pass the step's
+            position there when positions are on).
 
     Returns:
         `(B, Tq, output_dim)`; rows with no key to attend to (masked query,
@@ -134,6 +148,7 @@ class MultiHeadPositional(layers.Layer):
         the layer uses the fused `keras.ops.dot_product_attention` on JAX
         and PyTorch; on TensorFlow, which has no fused kernel for it, the
         explicit einsum path (scaled query, masked softmax, einsum).
+        With a `cache`: `(output, new_cache)` (and the scores last).
 
     Example:
 
@@ -454,10 +469,10 @@ class MultiHeadPositional(layers.Layer):
         self.built = True
 
     # -- call ------------------------------------------------------------
-    def _add_positions(self, x, stream):
+    def _add_positions(self, x, stream, start_index=0):
         if self.position is None:
             return x
-        return x + self._stream_positions[stream](x)
+        return x + self._stream_positions[stream](x, start_index=start_index)
 
     def _compute_attention(
         self,
@@ -541,11 +556,35 @@ class MultiHeadPositional(layers.Layer):
         return_attention_scores=False,
         training=None,
         mask=None,
+        cache=None,
+        cache_update_index=None,
+        start_index=None,
     ):
         if query_mask is None:
             # Keras fills `mask` (not `query_mask`) when `query` is the only
             # tensor argument, as in self-attention `layer(x)`.
             query_mask = mask
+        if cache is not None:
+            return self._call_cached(
+                query,
+                value,
+                cache,
+                cache_update_index,
+                query_mask,
+                value_mask,
+                training,
+                return_attention_scores,
+                start_index,
+            )
+        for name, given in (
+            ("cache_update_index", cache_update_index),
+            ("start_index", start_index),
+        ):
+            if given is not None:
+                raise ValueError(
+                    f"{name} needs a cache. Received: cache=None, "
+                    f"{name}={given!r}"
+                )
         if value is None:
             value, value_mask = query, query_mask
         if key is None:
@@ -595,8 +634,17 @@ class MultiHeadPositional(layers.Layer):
         context, weights = self._compute_attention(
             q, k, v, head_mask, training, return_attention_scores
         )  # (B, Tq, H, Dv), (B, H, Tq, Tv) or None
+        output = self._output(query, context, head_mask, query_mask, 0)
+        if return_attention_scores:
+            return output, weights
+        return output
+
+    def _output(self, query, context, head_mask, query_mask, start_index):
+        """Gate, g, the output projection; rows with no key zeroed."""
         if self._gate_dense is not None:
-            gate = self._gate_dense(self._add_positions(query, "query"))
+            gate = self._gate_dense(
+                self._add_positions(query, "query", start_index)
+            )
             context = ops.multiply(context, gate)  # (B, Tq, H, Dv)
         if self.feed_forward == "per_head":
             context = self._g(context)  # (B, Tq, H, Dv)
@@ -615,9 +663,91 @@ class MultiHeadPositional(layers.Layer):
                 row_valid = row_valid[..., None]
             output = ops.where(row_valid, output, ops.zeros_like(output))
         set_output_mask(output, query_mask)
-        if return_attention_scores:
-            return output, weights
         return output
+
+    # -- incremental decoding ------------------------------------------
+    def _check_cacheable(self):
+        if (self.value_dim or self.key_dim) != self.key_dim:
+            raise ValueError(
+                "A key/value cache needs value heads as wide as key heads. "
+                f"Received: key_dim={self.key_dim}, value_dim={self.value_dim}"
+            )
+
+    def compute_cache(self, value, key=None):
+        """Projected keys and values of `value` `(B, Tv, D)` (positions
+        `0..Tv-1`), `(B, 2, Tv, H, key_dim)`: the memory of a
+        cross-attention, computed once and passed as `cache` with
+        `cache_update_index=None` at every decoding step."""
+        self._check_cacheable()
+        key = value if key is None else key
+        dtype = self.compute_dtype
+        value, key = ops.cast(value, dtype), ops.cast(key, dtype)
+        k = self._key_dense(self._add_positions(key, "key"))
+        v = self._value_dense(self._add_positions(value, "value"))
+        return ops.stack([k, v], axis=1)  # (B, 2, Tv, H, K)
+
+    def empty_cache(self, batch_size, length):
+        """An all-zero self-attention cache for `length` positions,
+        `(B, 2, length, H, key_dim)`, to fill with `cache_update_index`."""
+        self._check_cacheable()
+        return ops.zeros(
+            (batch_size, 2, length, self.num_heads, self.key_dim),
+            self.compute_dtype,
+        )
+
+    def _call_cached(
+        self,
+        query,
+        value,
+        cache,
+        index,
+        query_mask,
+        value_mask,
+        training,
+        return_attention_scores,
+        start_index=None,
+    ):
+        self._check_cacheable()
+        dtype = self.compute_dtype
+        query = ops.cast(query, dtype)
+        cache = ops.cast(cache, dtype)
+        start = start_index
+        if start is None:
+            start = 0 if index is None else index
+        q = self._query_dense(self._add_positions(query, "query", start))
+        length = ops.shape(cache)[2]
+        if index is None:  # cross-attention over a precomputed memory
+            k, v = cache[:, 0], cache[:, 1]  # (B, Tv, H, K)
+            attention_mask = None
+        else:  # causal self-attention: write the new steps, then attend
+            value = query if value is None else ops.cast(value, dtype)
+            k_new = self._key_dense(self._add_positions(value, "key", start))
+            v_new = self._value_dense(
+                self._add_positions(value, "value", start)
+            )
+            at = (0, index, 0, 0)
+            k = ops.slice_update(cache[:, 0], at, k_new)  # (B, T, H, K)
+            v = ops.slice_update(cache[:, 1], at, v_new)
+            cache = ops.stack([k, v], axis=1)
+            steps = ops.shape(query)[1]
+            q_pos = ops.arange(steps) + index  # (Tq,) absolute positions
+            attention_mask = ops.arange(length)[None, :] <= q_pos[:, None]
+            attention_mask = attention_mask[None]  # (1, Tq, T)
+        mask = masking.merge_masks(
+            ops.shape(query)[1],
+            length,
+            query_mask=query_mask,
+            value_mask=value_mask,
+            attention_mask=attention_mask,
+        )
+        head_mask = None if mask is None else mask[:, None]
+        context, weights = self._compute_attention(
+            q, k, v, head_mask, training, return_attention_scores
+        )
+        output = self._output(query, context, head_mask, query_mask, start)
+        if return_attention_scores:
+            return output, cache, weights
+        return output, cache
 
     def compute_output_shape(
         self, query_shape, value_shape=None, key_shape=None, **kwargs

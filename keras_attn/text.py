@@ -29,6 +29,25 @@ def standardize_review(text):
 _SPACES = "\u202f\u00a0\u2009"
 
 
+def _split_punctuation(text):
+    import tensorflow as tf
+
+    text = tf.strings.regex_replace(text, f"[{_SPACES}]", " ")
+    text = tf.strings.regex_replace(text, r"([.,!?;:\"«»()])", r" \1 ")
+    text = tf.strings.regex_replace(text, r"'", r"' ")
+    text = tf.strings.regex_replace(text, r"[\t\n\f\r ]+", " ")
+    return tf.strings.strip(text)
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+def split_sentence(text):
+    """For cased translation: `standardize_sentence` without lowercasing.
+
+    `"Tom's 3 cats!"` → `"Tom' s 3 cats !"`.
+    """
+    return _split_punctuation(text)
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
 def standardize_sentence(text):
     """For translation: lowercase, split off punctuation, unify spaces.
@@ -41,9 +60,4 @@ def standardize_sentence(text):
     """
     import tensorflow as tf
 
-    text = tf.strings.lower(text, encoding="utf-8")
-    text = tf.strings.regex_replace(text, f"[{_SPACES}]", " ")
-    text = tf.strings.regex_replace(text, r"([.,!?;:\"«»()])", r" \1 ")
-    text = tf.strings.regex_replace(text, r"'", r"' ")
-    text = tf.strings.regex_replace(text, r"[\t\n\f\r ]+", " ")
-    return tf.strings.strip(text)
+    return _split_punctuation(tf.strings.lower(text, encoding="utf-8"))

@@ -29,6 +29,7 @@ def test_import_needs_only_keras_and_jax():
         "sys.modules['tensorflow'] = None\n"
         "import numpy as np, keras, keras_attn\n"
         "from keras_attn import cli, explain, export, litert_runtime, trust\n"
+        "from keras_attn.seq2seq import AttentionDecoder, beam_search\n"
         "layer = keras_attn.Attention()\n"
         "q, v = np.ones((1, 2, 3), 'f'), np.ones((1, 4, 3), 'f')\n"
         "out = layer(q, v)\n"

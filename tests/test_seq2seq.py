@@ -1,57 +1,75 @@
-"""`keras_attn.seq2seq`: a tiny random encoder-decoder served three ways
-(in-graph greedy, the SavedModel, the LiteRT driver) gives one answer."""
+"""`keras_attn.seq2seq.Translator`: a tiny encoder-decoder served three
+ways (in-graph search, the SavedModel, the LiteRT file with the whole
+greedy loop) gives one answer; unknown words are copied from the source;
+empty and over-long inputs are handled. TensorFlow only (serving)."""
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
+from keras import ops
 
-from keras_attn import Attention, seq2seq
 from keras_attn.litert_runtime import LiteRTTranslator
+from keras_attn.seq2seq import AttentionDecoder, Translator
+from keras_attn.text import split_sentence
 
 SOURCE = ["", "[UNK]", "a", "b", "c", "d", "."]
 TARGET = ["", "[UNK]", "[start]", "[end]", "x", "y", "z", "."]
 S, U = 6, 8
 
 
-def models():
+def vectorizer():
+    return keras.layers.TextVectorization(
+        output_sequence_length=S,
+        vocabulary=SOURCE[2:],
+        standardize=split_sentence,
+    )
+
+
+def tiny_model():
     keras.utils.set_random_seed(2)
-    src = keras.Input((None,), dtype="int64")
-    x = keras.layers.Embedding(len(SOURCE), 4, mask_zero=True)(src)
-    memory, state = keras.layers.GRU(
-        U, return_sequences=True, return_state=True
-    )(x)
-    encoder = keras.Model(src, [memory, state])
-    prev = keras.Input((1,), dtype="int64")
-    state_in = keras.Input((U,))
-    mem_in = keras.Input((None, U))
-    mask_in = keras.Input((None,), dtype="bool")
-    y = keras.layers.Embedding(len(TARGET), 4)(prev)
-    s, new_state = keras.layers.GRU(
-        U, return_sequences=True, return_state=True
-    )(y, initial_state=state_in)
-    a, w = Attention(score="general")(
-        s, mem_in, value_mask=mask_in, return_attention_scores=True
-    )
-    logits = keras.layers.Dense(len(TARGET))(keras.layers.Concatenate()([a, s]))
-    step = keras.Model(
-        [prev, state_in, mem_in, mask_in], [logits[:, 0], new_state, w[:, 0]]
-    )
-    vec = keras.layers.TextVectorization(
-        output_sequence_length=S, vocabulary=SOURCE[2:], standardize=None
-    )
-    return vec, encoder, step
+    src_embed = keras.layers.Embedding(len(SOURCE), 4, mask_zero=True)
+    gru = keras.layers.GRU(U, return_sequences=True, return_state=True)
+    tgt_embed = keras.layers.Embedding(len(TARGET), 4)
+    decoder = AttentionDecoder(keras.layers.GRUCell(U), score="general")
+    head = keras.layers.Dense(len(TARGET))
+    src = keras.Input((None,), dtype="int32")
+    tgt = keras.Input((None,), dtype="int32")
+    memory, state = gru(src_embed(src))
+    out, _, _ = decoder(tgt_embed(tgt), memory, initial_state=[state])
+    model = keras.Model([src, tgt], head(out))
+
+    def encode(source):
+        memory, state = gru(src_embed(source))
+        return {"cell": [state], "memory": memory, "mask": source != 0}
+
+    def step_fn(tokens, state, index):
+        out, cell, align = decoder.step(
+            tgt_embed(tokens), state["cell"], state["memory"], state["mask"]
+        )
+        return head(out), {**state, "cell": cell}, align
+
+    return model, encode, step_fn
 
 
-def test_translator_signatures_saved_model_and_litert_agree(tmp_path):
-    vec, encoder, step = models()
-    translator = seq2seq.Translator(vec, TARGET, encoder, step, max_length=5)
-    texts = ["a b c", "d .", "c c a b"]
+def test_searches_saved_model_and_litert_agree(tmp_path):
+    model, encode, step_fn = tiny_model()
+    translator = Translator(
+        vectorizer(),
+        TARGET,
+        encode,
+        step_fn,
+        max_length=5,
+        trackable=model,
+        standardize=split_sentence,
+    )
+    texts = ["a b c", "d .", "c c a b", "a"]
     greedy = translator.translate_greedy(tf.constant(texts))
     beam = translator.translate(tf.constant(texts))
-    assert beam["attention"].shape[0] == 3
+    assert tuple(beam["attention"].shape)[::2] == (4, S)
     assert greedy["source_tokens"].numpy()[0][:3].tolist() == [b"a", b"b", b"c"]
     words = [t.decode() for t in greedy["translation"].numpy()]
-    assert all("[UNK]" not in w and "[end]" not in w for w in words)
+    assert all("[end]" not in w and "[start]" not in w for w in words)
 
     translator.export(str(tmp_path / "sm"))
     loaded = tf.saved_model.load(str(tmp_path / "sm"))
@@ -62,17 +80,98 @@ def test_translator_signatures_saved_model_and_litert_agree(tmp_path):
     assert again["translation"].numpy().tolist() == (
         greedy["translation"].numpy().tolist()
     )
+    beam_again = loaded.signatures["translate"](tf.constant(texts))
+    assert beam_again["translation"].numpy().tolist() == (
+        beam["translation"].numpy().tolist()
+    )
 
-    seq2seq.export_tflite(encoder, step, str(tmp_path / "m.tflite"), S)
-    for name, vocab in (("source", SOURCE), ("target", TARGET)):
-        (tmp_path / f"{name}_vocabulary.txt").write_text(
-            "\n".join(vocab) + "\n"
-        )
-    lite = LiteRTTranslator(str(tmp_path / "m.tflite"), max_length=5)
+    path = str(tmp_path / "m.tflite")
+    translator.export_tflite(path)
+    from keras_attn.export import tflite_op_names
+
+    ops_used = tflite_op_names(path)
+    assert "WHILE" in ops_used and not [o for o in ops_used if "FLEX" in o]
+    lite = LiteRTTranslator(path)
     assert [lite.translate(t) for t in texts] == words
 
 
+def copying_model():
+    """A decoder that writes `[UNK]` twice, attending to source positions
+    2 and then 0, then `.` and the end."""
+    tokens = ("[UNK]", "[UNK]", ".", "[end]", "[end]", "[end]")
+    script = np.array([TARGET.index(t) for t in tokens])
+    where = np.array([2, 0, 1, 1, 1, 1])
+
+    def encode(source):
+        return {"mask": source != 0}
+
+    def step_fn(tokens, state, index):
+        batch = ops.shape(tokens)[0]
+        token = ops.take(ops.convert_to_tensor(script), index)
+        logits = ops.one_hot(ops.full((batch,), token), len(TARGET)) * 10.0
+        at = ops.take(ops.convert_to_tensor(where), index)
+        align = ops.one_hot(ops.full((batch,), at), S)
+        return logits, state, align
+
+    return encode, step_fn
+
+
+def test_unknown_words_are_copied_from_the_attended_source(tmp_path):
+    encode, step_fn = copying_model()
+    translator = Translator(
+        vectorizer(),
+        TARGET,
+        encode,
+        step_fn,
+        max_length=6,
+        standardize=split_sentence,
+    )
+    texts = ["Tom has 12 cats", "a b c", ""]
+    for fn in (translator.translate_greedy, translator.translate):
+        out = fn(tf.constant(texts))["translation"].numpy().tolist()
+        # "12" and "Tom" are outside the source vocabulary: copied anyway.
+        assert out == [b"12 Tom.", b"c a.", b""], fn
+    path = str(tmp_path / "copy.tflite")
+    translator.export_tflite(path)
+    lite = LiteRTTranslator(path)
+    assert [lite.translate(t) for t in texts] == ["12 Tom.", "c a.", ""]
+    # Without a standardization there is nothing to copy: [UNK] is banned.
+    plain = Translator(vectorizer(), TARGET, encode, step_fn, max_length=6)
+    assert TARGET.index("[UNK]") in plain.banned
+
+
+def test_over_long_input_is_flagged_and_refused(tmp_path):
+    encode, step_fn = copying_model()
+    translator = Translator(
+        vectorizer(),
+        TARGET,
+        encode,
+        step_fn,
+        max_length=6,
+        standardize=split_sentence,
+    )
+    texts = ["a b c d a b", "a b c d a b c"]  # 6 and 7 words, S = 6
+    out = translator.translate_greedy(tf.constant(texts))
+    assert out["source_truncated"].numpy().tolist() == [False, True]
+    path = str(tmp_path / "m.tflite")
+    translator.export_tflite(path)
+    lite = LiteRTTranslator(path)
+    lite.translate(texts[0])
+    with pytest.raises(ValueError, match="at most 6 words.*7 words"):
+        lite.translate(texts[1])
+    assert lite.translate(texts[1], truncate=True) == lite.translate(texts[0])
+
+
 def test_translator_needs_start_and_end_tokens():
-    vec, encoder, step = models()
-    with pytest.raises(ValueError, match="Expected '\\[end\\]'"):
-        seq2seq.Translator(vec, TARGET[:3], encoder, step, max_length=5)
+    encode, step_fn = copying_model()
+    with pytest.raises(ValueError, match="end='\\[end\\]'"):
+        Translator(vectorizer(), TARGET[:3], encode, step_fn, max_length=5)
+
+
+def test_litert_translator_refuses_other_models(tmp_path):
+    inp = keras.Input((3,))
+    model = keras.Model(inp, keras.layers.Dense(2)(inp))
+    path = str(tmp_path / "dense.tflite")
+    model.export(path, format="litert", verbose=False)
+    with pytest.raises(ValueError, match="'translate'"):
+        LiteRTTranslator(path)

@@ -97,9 +97,9 @@ def test_shipped_translator_easy_sentences():
     ).signatures["translate"]
     cases = {
         "I am tired.": ("fatigué", "fatiguée"),
-        "Thank you.": ("merci",),
+        "Thank you.": ("merci", "Merci"),
         "I love you.": ("aime",),
-        "Hello!": ("salut", "bonjour"),
+        "Hello!": ("salut", "bonjour", "Salut", "Bonjour"),
     }
     out = fn(tf.constant(list(cases)))["translation"].numpy()
     got = [t.decode() for t in out]
@@ -111,6 +111,35 @@ def test_shipped_translator_easy_sentences():
 
 
 @pytest.mark.skipif(
+    not os.path.isdir(os.path.join(TRANSLATOR, "saved_model")),
+    reason="no translator shipped",
+)
+def test_shipped_translator_writes_cased_french_and_copies_numbers():
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(os.path.join(TRANSLATOR, "saved_model"))
+    fn = loaded.signatures["translate"]
+    cases = [
+        "I am tired.",
+        "Tom is here.",
+        "I have 3 cats and 12 dogs.",
+        "It's 10:30.",
+        "",
+        "   ",
+        " ".join(["very"] * 40) + " long.",
+    ]
+    out = fn(tf.constant(cases))
+    got = [t.decode() for t in out["translation"].numpy()]
+    assert got[0][:1].isupper() and got[1].startswith("Tom"), got
+    for number in ("3", "12"):
+        assert number in got[2].split(), got[2]
+    assert "10" in got[3] and "30" in got[3], got[3]
+    assert got[4] == got[5] == "", got  # nothing invented for no input
+    truncated = out["source_truncated"].numpy().tolist()
+    assert truncated == [False] * 6 + [True]
+
+
+@pytest.mark.skipif(
     not os.path.isfile(os.path.join(TRANSLATOR, "model.tflite")),
     reason="no LiteRT translator shipped",
 )
@@ -119,7 +148,13 @@ def test_shipped_litert_translator_matches_the_saved_model():
 
     from keras_attn.litert_runtime import LiteRTTranslator
 
-    sentences = ["I am tired.", "Thank you.", "Where is the station?"]
+    sentences = [
+        "I am tired.",
+        "Thank you.",
+        "Where is the station?",
+        "I have 3 cats and 12 dogs.",
+        "",
+    ]
     greedy = tf.saved_model.load(
         os.path.join(TRANSLATOR, "saved_model")
     ).signatures["translate_greedy"]

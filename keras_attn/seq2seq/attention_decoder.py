@@ -1,0 +1,378 @@
+"""`AttentionDecoder`: any Keras RNN cell with attention over a memory."""
+
+import keras
+from keras import layers, ops
+
+from keras_attn.attention import Attention
+from keras_attn.validation import positive_int
+
+ORDERS = ("luong", "bahdanau")
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class AttentionDecoder(layers.Layer):
+    """A recurrent decoder that attends over an encoder memory at each step.
+
+    Wraps a Keras RNN cell (`GRUCell`, `LSTMCell`, ...) with one of our
+    attention scores over `memory` `(B, S, D)`, the maintained Keras 3
+    counterpart of `tfa.seq2seq.AttentionWrapper`. With `s_t` the cell
+    output and `a_t = Σ_j α_tj h_j` the context (seed 004; Luong et al.
+    2015, Bahdanau et al. 2015):
+
+    - `attention_order="luong"`: step first, then attend with the new
+      state: `s_t = cell(x_t, s_{t-1})`, `α_t = softmax(score(s_t, h))`.
+    - `attention_order="bahdanau"`: attend with the previous state, then
+      step on the context: `α_t = softmax(score(s_{t-1}, h))`,
+      `s_t = cell([x_t; a_t], s_{t-1})`.
+
+    The output is Luong's attentional state `s̃_t = tanh(W_c [a_t; s_t] +
+    b_c)` when `attentional_units` is set, else `[a_t; s_t]`. With
+    `input_feeding=True` the previous output is concatenated to the next
+    input, `x'_t = [x_t; s̃_{t-1}]` (zeros at `t = 0`).
+
+    One layer serves both uses: `call` runs teacher forcing over a whole
+    target sequence (the loop is a `keras.ops.scan`; in Luong order
+    without input feeding the cell runs first and attention is one batched
+    call), and `step` decodes one token for search; both give the same
+    numbers.
+
+    Args:
+        cell: a Keras RNN cell instance (its `dropout` and
+            `recurrent_dropout` must be 0; put dropout around the decoder).
+        score: the attention score, as in `keras_attn.Attention`: one of
+            `"dot"`, `"scaled_dot"`, `"general"`, `"low_rank"`,
+            `"additive"`. Defaults to `"additive"`.
+        units: hidden width of the additive score. Defaults to `None`
+            (the cell's output size).
+        rank: `k` of the low-rank score. Defaults to `None`.
+        attention_order: `"luong"` or `"bahdanau"`. Defaults to `"luong"`.
+        attentional_units: width of `s̃_t` (`W_c`); `None` outputs
+            `[a_t; s_t]`. Defaults to `None`.
+        input_feeding: concatenate the previous output to the next input.
+            Defaults to `False`.
+        dropout: dropout on the attention weights. Defaults to `0.0`.
+        kernel_initializer: initializer of the attention and `W_c`
+            kernels. Defaults to `"glorot_uniform"`.
+        seed: seed of the attention dropout. Defaults to `None`.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: `(B, T, E)` target-side inputs (embedded previous tokens).
+        memory: `(B, S, D)` encoder states.
+        initial_state: optional list of the cell's states (as
+            `cell.get_initial_state`), e.g. from the encoder. Defaults to
+            zeros.
+        inputs_mask: optional boolean `(B, T)`: padded steps leave the
+            states unchanged and give zero outputs and alignments. Read
+            from the Keras mask of `inputs` when not given.
+        memory_mask: optional boolean `(B, S)`: padded memory positions get
+            attention exactly 0. Read from the Keras mask of `memory`.
+        training: whether dropout is active.
+
+    Returns:
+        `(outputs (B, T, O), alignments (B, T, S), states)`: `states` is
+        the list to pass to `step` to continue (the cell's states, then the
+        previous output when `input_feeding`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> decoder = AttentionDecoder(keras.layers.GRUCell(8), units=8)
+    >>> out, align, states = decoder(np.ones((2, 5, 4)), np.ones((2, 3, 6)))
+    >>> tuple(out.shape), tuple(align.shape)
+    ((2, 5, 14), (2, 5, 3))
+
+    References:
+        - [Luong et al. 2015](https://arxiv.org/abs/1508.04025)
+        - [Bahdanau et al. 2015](https://arxiv.org/abs/1409.0473)
+    """
+
+    def __init__(
+        self,
+        cell,
+        score="additive",
+        units=None,
+        rank=None,
+        attention_order="luong",
+        attentional_units=None,
+        input_feeding=False,
+        dropout=0.0,
+        kernel_initializer="glorot_uniform",
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if isinstance(cell, dict):
+            cell = layers.deserialize(cell)
+        if not hasattr(cell, "state_size") or not callable(cell):
+            raise ValueError(
+                "Expected cell to be a Keras RNN cell (with `state_size`). "
+                f"Received: cell={cell!r}"
+            )
+        for name in ("dropout", "recurrent_dropout"):
+            if getattr(cell, name, 0):
+                raise ValueError(
+                    f"Expected the cell's {name} to be 0 (put dropout around "
+                    f"the decoder). Received: cell.{name}="
+                    f"{getattr(cell, name)!r}"
+                )
+        if attention_order not in ORDERS:
+            raise ValueError(
+                f"Expected attention_order to be one of {ORDERS}. "
+                f"Received: attention_order={attention_order!r}"
+            )
+        positive_int("attentional_units", attentional_units, allow_none=True)
+        self.cell = cell
+        self.score = score
+        self.units = units
+        self.rank = rank
+        self.attention_order = attention_order
+        self.attentional_units = attentional_units
+        self.input_feeding = input_feeding
+        self.dropout = dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.seed = seed
+        cell_units = cell.output_size
+        self.attention = Attention(
+            score=score,
+            units=(units or cell_units) if score == "additive" else units,
+            rank=rank,
+            dropout=dropout,
+            kernel_initializer=kernel_initializer,
+            seed=seed,
+            dtype=self.dtype_policy,
+            name="attention",
+        )
+        self.attentional_layer = None
+        if attentional_units:
+            self.attentional_layer = layers.Dense(
+                attentional_units,
+                activation="tanh",
+                kernel_initializer=keras.initializers.get(
+                    kernel_initializer
+                ).__class__.from_config(
+                    keras.initializers.get(kernel_initializer).get_config()
+                ),
+                dtype=self.dtype_policy,
+                name="attentional",
+            )
+        self.supports_masking = True
+
+    @property
+    def _cell_states(self):
+        size = self.cell.state_size
+        return len(size) if isinstance(size, (list, tuple)) else 1
+
+    def build(self, inputs_shape, memory_shape):
+        cell_units, width = self.cell.output_size, memory_shape[-1]
+        self.output_size = self.attentional_units or width + cell_units
+        cell_in = inputs_shape[-1]
+        cell_in += self.output_size if self.input_feeding else 0
+        cell_in += width if self.attention_order == "bahdanau" else 0
+        if not self.cell.built:  # a deserialized cell comes built
+            self.cell.build((None, cell_in))
+        self.attention.build((None, 1, cell_units), tuple(memory_shape))
+        if self.attentional_layer is not None:
+            self.attentional_layer.build((None, width + cell_units))
+        self.built = True
+
+    def get_initial_state(self, batch_size):
+        """Zero states for `step`: the cell's, then the fed-back output."""
+        states = self.cell.get_initial_state(batch_size)
+        states = list(states) if isinstance(states, (list, tuple)) else [states]
+        if self.input_feeding:
+            states.append(
+                ops.zeros((batch_size, self.output_size), self.compute_dtype)
+            )
+        return states
+
+    def _states(self, batch_size, initial_state):
+        if initial_state is None:
+            return self.get_initial_state(batch_size)
+        states = initial_state
+        states = list(states) if isinstance(states, (list, tuple)) else [states]
+        if self.input_feeding and len(states) == self._cell_states:
+            states.append(
+                ops.zeros((batch_size, self.output_size), self.compute_dtype)
+            )
+        expected = self._cell_states + int(self.input_feeding)
+        if len(states) != expected:
+            fed = ", then the fed-back output" if self.input_feeding else ""
+            raise ValueError(
+                f"Expected initial_state to hold {expected} tensors (the "
+                f"cell's states{fed}). Received: {len(states)} tensors"
+            )
+        return [ops.cast(s, self.compute_dtype) for s in states]
+
+    def _attend(self, query, memory, memory_mask, training):
+        context, weights = self.attention(
+            query[:, None, :],
+            memory,
+            value_mask=memory_mask,
+            return_attention_scores=True,
+            training=training,
+        )  # (B, 1, D), (B, 1, S)
+        return context[:, 0], weights[:, 0]
+
+    def _output(self, context, cell_out):
+        joined = ops.concatenate([context, cell_out], axis=-1)  # (B, D + U)
+        if self.attentional_layer is None:
+            return joined
+        return self.attentional_layer(joined)
+
+    def step(self, inputs, states, memory, memory_mask=None, training=None):
+        """One decoding step.
+
+        Args:
+            inputs: `(B, E)`, the embedded previous token.
+            states: the list from `get_initial_state`, `call` or `step`,
+                or only the cell's states (the fed-back output then starts
+                at zeros).
+            memory, memory_mask: as in `call`.
+
+        Returns:
+            `(output (B, O), new_states, alignment (B, S))`.
+        """
+        inputs = ops.cast(inputs, self.compute_dtype)
+        memory = ops.cast(memory, self.compute_dtype)
+        states = self._states(ops.shape(inputs)[0], states)
+        n = self._cell_states
+        cell_states = list(states[:n])
+        pieces = [inputs]
+        if self.input_feeding:
+            pieces.append(states[n])
+        if self.attention_order == "bahdanau":
+            context, weights = self._attend(
+                cell_states[0], memory, memory_mask, training
+            )
+            pieces.append(context)
+        cell_in = (
+            ops.concatenate(pieces, axis=-1) if len(pieces) > 1 else inputs
+        )
+        cell_state = cell_states if n > 1 else cell_states[0]
+        cell_out, new_cell = self.cell(cell_in, cell_state, training=training)
+        new_cell = (
+            list(new_cell)
+            if isinstance(new_cell, (list, tuple))
+            else [new_cell]
+        )
+        if self.attention_order == "luong":
+            context, weights = self._attend(
+                cell_out, memory, memory_mask, training
+            )
+        output = self._output(context, cell_out)
+        new_states = new_cell + ([output] if self.input_feeding else [])
+        return output, new_states, weights
+
+    def call(
+        self,
+        inputs,
+        memory,
+        initial_state=None,
+        inputs_mask=None,
+        memory_mask=None,
+        training=None,
+    ):
+        mask = inputs_mask
+        inputs = ops.cast(inputs, self.compute_dtype)
+        memory = ops.cast(memory, self.compute_dtype)
+        batch = ops.shape(inputs)[0]
+        states = self._states(batch, initial_state)
+        steps = ops.transpose(inputs, (1, 0, 2))  # (T, B, E)
+        if mask is None:
+            valid = ops.ones(ops.shape(steps)[:2], "bool")  # (T, B)
+        else:
+            valid = ops.transpose(ops.cast(mask, "bool"), (1, 0))
+        fast = self.attention_order == "luong" and not self.input_feeding
+        cell_units = self.cell.output_size
+
+        def keep(on, new, old):  # padded steps keep the old value
+            return ops.where(on[:, None], new, old)
+
+        # The carry also holds the step's outputs, so that `ys` has the
+        # carry's structure (TensorFlow's `scan` needs that).
+        def one_step(carry, x):
+            states, _, _ = carry
+            x_t, on = x[:, :-1], x[:, -1] > 0.5
+            if fast:
+                cell_state = states if len(states) > 1 else states[0]
+                out, new = self.cell(x_t, cell_state, training=training)
+                new = list(new) if isinstance(new, (list, tuple)) else [new]
+                weights = carry[2]
+            else:
+                out, new, weights = self.step(
+                    x_t, states, memory, memory_mask, training
+                )
+            states = [keep(on, n, s) for n, s in zip(new, states, strict=True)]
+            out = ops.where(on[:, None], out, ops.zeros_like(out))
+            weights = ops.where(on[:, None], weights, ops.zeros_like(weights))
+            carry = (states, out, weights)
+            return carry, carry
+
+        size = cell_units if fast else self.output_size
+        init = (
+            states,
+            ops.zeros((batch, size), self.compute_dtype),
+            ops.zeros((batch, ops.shape(memory)[1]), self.compute_dtype),
+        )
+        # One scanned tensor: the step's inputs and its mask as a last
+        # column (TensorFlow's `scan` cannot check two unknown lengths).
+        xs = ops.concatenate(
+            [steps, ops.cast(valid, steps.dtype)[..., None]], axis=-1
+        )  # (T, B, E + 1)
+        (states, _, _), (_, outs, weights) = ops.scan(one_step, init, xs)
+        ys = outs if fast else (outs, weights)
+        if fast:
+            cell_out = ops.transpose(ys, (1, 0, 2))  # (B, T, U)
+            context, alignments = self.attention(
+                cell_out,
+                memory,
+                query_mask=mask,
+                value_mask=memory_mask,
+                return_attention_scores=True,
+                training=training,
+            )  # (B, T, D), (B, T, S)
+            outputs = self._output(context, cell_out)
+            if mask is not None:
+                on = ops.cast(mask, outputs.dtype)[..., None]
+                outputs = outputs * on
+        else:
+            outputs = ops.transpose(ys[0], (1, 0, 2))  # (B, T, O)
+            alignments = ops.transpose(ys[1], (1, 0, 2))  # (B, T, S)
+        return outputs, alignments, list(states)
+
+    def compute_mask(self, inputs, memory=None, inputs_mask=None, **kwargs):
+        n = self._cell_states + int(self.input_feeding)
+        return [inputs_mask, inputs_mask] + [None] * n
+
+    def compute_output_spec(self, inputs, memory, initial_state=None, **kw):
+        batch, steps = inputs.shape[0], inputs.shape[1]
+        cell_units, width = self.cell.output_size, memory.shape[-1]
+        size = self.attentional_units or width + cell_units
+        dtype = self.compute_dtype
+        sizes = self.cell.state_size
+        sizes = list(sizes) if isinstance(sizes, (list, tuple)) else [sizes]
+        if self.input_feeding:
+            sizes.append(size)
+        return (
+            keras.KerasTensor((batch, steps, size), dtype=dtype),
+            keras.KerasTensor((batch, steps, memory.shape[1]), dtype=dtype),
+            [keras.KerasTensor((batch, s), dtype=dtype) for s in sizes],
+        )
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "cell": layers.serialize(self.cell),
+            "score": self.score,
+            "units": self.units,
+            "rank": self.rank,
+            "attention_order": self.attention_order,
+            "attentional_units": self.attentional_units,
+            "input_feeding": self.input_feeding,
+            "dropout": self.dropout,
+            "kernel_initializer": keras.initializers.serialize(
+                self.kernel_initializer
+            ),
+            "seed": self.seed,
+        }

@@ -1,0 +1,386 @@
+"""Greedy, sampling and beam search for any step-wise decoder, `keras.ops`.
+
+A decoder is given as one function,
+
+    step_fn(tokens (B,), state, index) -> (logits (B, V), state, alignment)
+
+where `state` is any nest of tensors whose first axis is the batch (RNN
+states, the encoder memory and its mask, a key/value cache...), `index` is
+the position being decoded (an int32 scalar tensor, 0 for the first
+token) and `alignment` is the attention over the source, `(B, S)`, or
+`None`. The searches run the loop with `keras.ops.while_loop` on fixed-size
+buffers, so they trace under `jax.jit` and `tf.function` (and therefore
+live inside an exported SavedModel) and run eagerly on PyTorch.
+
+Token conventions: every output starts after `start_id`; `end_id` ends it
+and is kept in the output; positions after it hold 0, the padding id,
+which is never emitted. Columns in `banned_ids` (e.g. the start token,
+`[UNK]`) are never emitted either.
+"""
+
+import keras
+from keras import ops
+
+NEG_INF = -1e9
+
+
+def ban(logits, banned_ids=()):
+    """`logits (..., V)` as float32 with the `banned_ids` columns at -1e9."""
+    logits = ops.cast(logits, "float32")
+    if not banned_ids:
+        return logits
+    vocab = ops.arange(ops.shape(logits)[-1], dtype="int32")
+    banned = ops.convert_to_tensor(list(banned_ids), dtype="int32")
+    hit = ops.any(ops.equal(vocab[:, None], banned[None, :]), axis=1)  # (V,)
+    return ops.where(hit, NEG_INF, logits)
+
+
+def length_penalty_factor(length, alpha):
+    """GNMT length penalty `lp(Y) = ((5 + |Y|) / 6) ** α` (Wu et al. 2016)."""
+    return ops.power((5.0 + length) / 6.0, alpha)
+
+
+def coverage_penalty_value(coverage, beta, source_mask=None):
+    """GNMT coverage penalty `β Σ_i log(min(Σ_t p_ti, 1))` over the source.
+
+    `coverage (..., S)` holds the attention each source position received
+    so far; masked positions (padding) do not count. A position never
+    attended gets `log(1e-10)`, not `-inf`.
+    """
+    clipped = ops.clip(coverage, 1e-10, 1.0)
+    logs = ops.log(clipped)
+    if source_mask is not None:
+        logs = ops.where(source_mask, logs, 0.0)
+    return beta * ops.sum(logs, axis=-1)
+
+
+def _write(buffer, index, value):
+    """`buffer[:, index] = value` for `buffer (N, L, ...)`, `value (N, ...)`."""
+    length = ops.shape(buffer)[1]
+    hit = ops.equal(ops.arange(length, dtype="int32"), index)  # (L,)
+    hit = ops.reshape(hit, (1, -1) + (1,) * (len(buffer.shape) - 2))
+    return ops.where(hit, ops.expand_dims(value, 1), buffer)
+
+
+def _argmax(x):
+    """`argmax` over the last axis through `top_k` (first index on ties):
+    TensorFlow's `argmax` lowering in Keras adds a non-builtin LiteRT op."""
+    return ops.top_k(x, 1)[1][..., 0]
+
+
+def _batch_size(state):
+    leaves = keras.tree.flatten(state)
+    if not leaves:
+        raise ValueError(
+            "Expected state to hold at least one tensor with a batch axis. "
+            f"Received: state={state!r}"
+        )
+    return ops.shape(leaves[0])[0]
+
+
+def _check(start_id, end_id, max_length):
+    for name, value in (("start_id", start_id), ("end_id", end_id)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(
+                f"Expected {name} to be a non-negative integer. "
+                f"Received: {name}={value!r}"
+            )
+    if not isinstance(max_length, int) or max_length < 1:
+        raise ValueError(
+            "Expected max_length to be a positive integer. "
+            f"Received: max_length={max_length!r}"
+        )
+
+
+def _alignment_buffer(rows, max_length, alignment):
+    width = 0 if alignment is None else ops.shape(alignment)[-1]
+    return ops.zeros((rows, max_length, width), "float32")
+
+
+def _as_alignment(rows, alignment):
+    if alignment is None:
+        return ops.zeros((rows, 0), "float32")
+    return ops.cast(alignment, "float32")
+
+
+def _token_search(step_fn, state, start_id, end_id, max_length, banned, pick):
+    """Greedy and sampling: one token per step chosen by `pick`."""
+    _check(start_id, end_id, max_length)
+    batch = _batch_size(state)
+    tokens = ops.full((batch,), start_id, dtype="int32")
+    zero = ops.convert_to_tensor(0, dtype="int32")
+    logits, state, alignment = step_fn(tokens, state, zero)
+    ids = ops.zeros((batch, max_length), "int32")
+    align = _alignment_buffer(batch, max_length, alignment)
+    done = ops.zeros((batch,), "bool")
+
+    def advance(index, logits, state, alignment, done, ids, align):
+        token = ops.cast(
+            pick(ban(logits, (0, *banned)), index), "int32"
+        )  # (B,)
+        token = ops.where(done, 0, token)
+        ids = _write(ids, index, token)
+        align = _write(align, index, _as_alignment(batch, alignment))
+        return token, state, ops.logical_or(done, token == end_id), ids, align
+
+    tokens, state, done, ids, align = advance(
+        zero, logits, state, alignment, done, ids, align
+    )
+
+    def cond(index, tokens, state, done, ids, align):
+        more = ops.logical_not(ops.all(done))
+        return ops.logical_and(index < max_length, more)
+
+    def body(index, tokens, state, done, ids, align):
+        logits, state, alignment = step_fn(tokens, state, index)
+        return (
+            index + 1,
+            *advance(index, logits, state, alignment, done, ids, align),
+        )
+
+    one = ops.convert_to_tensor(1, dtype="int32")
+    _, _, _, _, ids, align = ops.while_loop(
+        cond, body, (one, tokens, state, done, ids, align)
+    )
+    return {"ids": ids, "alignment": None if alignment is None else align}
+
+
+def greedy_search(step_fn, state, start_id, end_id, max_length, banned_ids=()):
+    """Greedy decoding: the most likely token at every step.
+
+    Args:
+        step_fn: the decoder, `step_fn(tokens, state, index) -> (logits,
+            state, alignment)` (see the module docstring).
+        state: the decoder's initial state, a nest of batch-first tensors.
+        start_id: the token every output starts after.
+        end_id: the token that ends an output.
+        max_length: the most tokens per output, `end_id` included.
+        banned_ids: tokens never emitted. Defaults to `()`.
+
+    Returns:
+        A dict: `"ids"` `(B, max_length)` int32 (0 after `end_id`) and
+        `"alignment"` `(B, max_length, S)` float32, or `None` when
+        `step_fn` returns no alignment.
+
+    Example:
+
+    >>> import numpy as np
+    >>> table = np.log(np.array([[.1, .1, .1, .7], [.1, .1, .7, .1],
+    ...                          [.1, .1, .7, .1], [.1, .1, .7, .1]]))
+    >>> def step_fn(tokens, state, index):
+    ...     return ops.take(table, tokens, axis=0), state, None
+    >>> out = greedy_search(step_fn, np.zeros((1, 1)), 1, 2, 4)
+    >>> ops.convert_to_numpy(out["ids"]).tolist()
+    [[3, 2, 0, 0]]
+    """
+
+    def pick(logits, index):
+        return _argmax(logits)
+
+    return _token_search(
+        step_fn, state, start_id, end_id, max_length, banned_ids, pick
+    )
+
+
+def sample_search(
+    step_fn,
+    state,
+    start_id,
+    end_id,
+    max_length,
+    temperature=1.0,
+    top_k=None,
+    seed=None,
+    banned_ids=(),
+):
+    """Ancestral sampling with a temperature and an optional top-k cut.
+
+    Each step samples from `softmax(logits / temperature)` restricted to
+    the `top_k` most likely tokens. The random numbers (one per output
+    token) are drawn before the loop from `seed`, so a fixed integer seed
+    gives the same outputs on every call, also under `jax.jit`.
+
+    Args:
+        step_fn, state, start_id, end_id, max_length, banned_ids: as in
+            `greedy_search`.
+        temperature: divides the logits; must be positive. Defaults to
+            `1.0`.
+        top_k: sample among the `top_k` most likely tokens only. Defaults
+            to `None` (all).
+        seed: an int or a `keras.random.SeedGenerator`. Defaults to
+            `None`.
+
+    Returns:
+        As `greedy_search`.
+    """
+    if not temperature > 0:
+        raise ValueError(
+            "Expected temperature to be positive. "
+            f"Received: temperature={temperature!r}"
+        )
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(
+            "Expected top_k to be a positive integer or None. "
+            f"Received: top_k={top_k!r}"
+        )
+    batch = _batch_size(state)
+    uniform = keras.random.uniform((max_length, batch), seed=seed)
+
+    def pick(logits, index):
+        logits = logits / temperature
+        if top_k is not None:
+            kth = ops.top_k(logits, min(top_k, logits.shape[-1]))[0][:, -1:]
+            logits = ops.where(logits < kth, NEG_INF, logits)
+        cdf = ops.cumsum(ops.softmax(logits, axis=-1), axis=-1)  # (B, V)
+        u = ops.take(uniform, index, axis=0)[:, None] * cdf[:, -1:]  # (B, 1)
+        token = ops.sum(ops.cast(cdf < u, "int32"), axis=-1)
+        return ops.minimum(token, ops.shape(logits)[-1] - 1)
+
+    return _token_search(
+        step_fn, state, start_id, end_id, max_length, banned_ids, pick
+    )
+
+
+def beam_search(
+    step_fn,
+    state,
+    start_id,
+    end_id,
+    max_length,
+    beam_width=4,
+    length_penalty=0.6,
+    coverage_penalty=0.0,
+    source_mask=None,
+    banned_ids=(),
+):
+    """Beam search with the GNMT length and coverage penalties.
+
+    Hypotheses are ranked by `log P(Y|X) / lp(Y) + cp(X; Y)` (Wu et al.
+    2016), `lp(Y) = ((5 + |Y|) / 6) ** length_penalty` and
+    `cp = coverage_penalty · Σ_i log(min(Σ_t p_ti, 1))` over the source
+    positions `i` (the attention `p` comes from `step_fn`'s alignment).
+    A finished hypothesis stays in the beam at no further cost; a beam
+    wider than the number of hypotheses returns the exhaustive optimum.
+
+    Args:
+        step_fn, state, start_id, end_id, max_length, banned_ids: as in
+            `greedy_search`. `state` is repeated `beam_width` times along
+            the batch axis before the first step.
+        beam_width: hypotheses kept per example. Defaults to `4`.
+        length_penalty: GNMT `α`; 0 ranks by total log-probability.
+            Defaults to `0.6`.
+        coverage_penalty: GNMT `β`; needs `step_fn` to return an
+            alignment. Defaults to `0.0`.
+        source_mask: optional boolean `(B, S)`: the source positions the
+            coverage penalty counts (padding excluded). Defaults to
+            `None` (all).
+
+    Returns:
+        A dict: the best hypothesis per example, `"ids"` `(B, max_length)`,
+        `"alignment"` `(B, max_length, S)` (or `None`) and `"score"`
+        `(B,)`, its penalized score.
+    """
+    _check(start_id, end_id, max_length)
+    if not isinstance(beam_width, int) or beam_width < 1:
+        raise ValueError(
+            "Expected beam_width to be a positive integer. "
+            f"Received: beam_width={beam_width!r}"
+        )
+    k = beam_width
+    batch = _batch_size(state)
+    state = keras.tree.map_structure(lambda x: ops.repeat(x, k, axis=0), state)
+    offsets = ops.arange(batch, dtype="int32")[:, None] * k  # (B, 1)
+    tokens = ops.full((batch * k,), start_id, dtype="int32")
+    zero = ops.convert_to_tensor(0, dtype="int32")
+    logits, state, alignment = step_fn(tokens, state, zero)
+    if coverage_penalty and alignment is None:
+        raise ValueError(
+            "coverage_penalty needs step_fn to return an alignment. "
+            f"Received: coverage_penalty={coverage_penalty!r} and no alignment"
+        )
+    vocab = logits.shape[-1]
+    pad_only = ops.where(ops.arange(vocab) == 0, 0.0, NEG_INF)  # (V,)
+    mask = None
+    if source_mask is not None:
+        mask = ops.repeat(ops.cast(source_mask, "bool"), k, axis=0)  # (BK, S)
+
+    def coverage(cov):  # (BK, S) -> (B, K)
+        if not coverage_penalty:
+            return ops.zeros((batch, k), "float32")
+        value = coverage_penalty_value(cov, coverage_penalty, mask)
+        return ops.reshape(value, (-1, k))
+
+    first = ops.concatenate([ops.zeros((1,)), ops.full((k - 1,), NEG_INF)])
+    scores = ops.tile(first[None, :], (batch, 1))  # only beam 0 is live
+    lengths = ops.zeros((batch, k), "float32")
+    finished = ops.zeros((batch, k), "bool")
+    width = 0 if alignment is None else ops.shape(alignment)[-1]
+    cov = ops.zeros((batch * k, width), "float32")
+    ids = ops.zeros((batch * k, max_length), "int32")
+    align = _alignment_buffer(batch * k, max_length, alignment)
+
+    def advance(index, logits, state, alignment, carry):
+        scores, lengths, finished, cov, ids, align = carry
+        logp = ops.log_softmax(ban(logits, (0, *banned_ids)), axis=-1)
+        logp = ops.reshape(logp, (-1, k, vocab))
+        logp = ops.where(finished[..., None], pad_only, logp)
+        total = scores[..., None] + logp  # (B, K, V)
+        live = ops.cast(ops.logical_not(finished), "float32")
+        new_len = lengths + live  # (B, K)
+        w = _as_alignment(batch * k, alignment)  # (BK, S)
+        new_cov = cov + w * ops.reshape(live, (-1, 1))
+        ranked = (
+            total / length_penalty_factor(new_len, length_penalty)[..., None]
+            + coverage(new_cov)[..., None]
+        )
+        _, top = ops.top_k(ops.reshape(ranked, (-1, k * vocab)), k)  # (B, K)
+        top = ops.cast(top, "int32")
+        beam, token = top // vocab, top % vocab
+        flat = ops.reshape(offsets + beam, (-1,))  # (BK,) rows to keep
+
+        def take(x):
+            return ops.take(x, flat, axis=0)
+
+        scores = ops.take_along_axis(
+            ops.reshape(total, (-1, k * vocab)), top, axis=1
+        )
+        lengths = ops.take_along_axis(new_len, beam, axis=1)
+        was_done = ops.reshape(take(ops.reshape(finished, (-1,))), (-1, k))
+        finished = ops.logical_or(was_done, token == end_id)
+        token = ops.reshape(token, (-1,))
+        ids = _write(take(ids), index, token)
+        align = _write(take(align), index, take(w))
+        state = keras.tree.map_structure(take, state)
+        carry = (scores, lengths, finished, take(new_cov), ids, align)
+        return token, state, carry
+
+    tokens, state, carry = advance(
+        zero,
+        logits,
+        state,
+        alignment,
+        (scores, lengths, finished, cov, ids, align),
+    )
+
+    def cond(index, tokens, state, carry):
+        more = ops.logical_not(ops.all(carry[2]))
+        return ops.logical_and(index < max_length, more)
+
+    def body(index, tokens, state, carry):
+        logits, state, alignment = step_fn(tokens, state, index)
+        return (index + 1, *advance(index, logits, state, alignment, carry))
+
+    one = ops.convert_to_tensor(1, dtype="int32")
+    _, _, _, carry = ops.while_loop(cond, body, (one, tokens, state, carry))
+    scores, lengths, _, cov, ids, align = carry
+    final = scores / length_penalty_factor(lengths, length_penalty)
+    final = final + coverage(cov)  # (B, K)
+    best = ops.cast(_argmax(final), "int32")  # (B,)
+    rows = offsets[:, 0] + best
+    return {
+        "ids": ops.take(ids, rows, axis=0),
+        "alignment": None
+        if alignment is None
+        else ops.take(align, rows, axis=0),
+        "score": ops.take_along_axis(final, best[:, None], axis=1)[:, 0],
+    }

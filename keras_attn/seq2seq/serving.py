@@ -1,0 +1,241 @@
+"""Serving an encoder-decoder: strings in, translation and alignment out.
+
+TensorFlow-only by nature (a `tf.Module` for SavedModel, a LiteRT
+converter). The model is given in the form `keras_attn.seq2seq`'s searches
+take:
+
+- `encode(source_ids (B, S) int32) -> state`, a nest of batch-first
+  tensors (RNN states, the encoder memory and its mask, caches...);
+- `step_fn(tokens (B,), state, index) -> (logits (B, V), state,
+  alignment (B, S))`.
+"""
+
+import json
+
+import tensorflow as tf
+
+from keras_attn.seq2seq import search
+
+# Joining French output tokens: `l' homme` → `l'homme`, no space before
+# `.` and `,`; the space before `! ? : ;` stays (French typography).
+DETOKENIZE = ((" +", " "), ("' ", "'"), (r" ([.,])", r"\1"))
+
+
+class Translator(tf.Module):
+    """A SavedModel-ready translator with beam and greedy search in-graph.
+
+    An `[UNK]` in the output is replaced by the source word with the
+    highest attention weight at that step (unknown-word replacement, Luong
+    et al. 2015), so numbers and names outside the vocabulary come
+    through. An input with no words gives an empty translation.
+
+    Args:
+        source_vectorizer: a `TextVectorization` layer for the source text,
+            with a fixed `output_sequence_length`.
+        target_vocabulary: the target tokens, index = id.
+        encode, step_fn: the model, as in the module docstring.
+        max_length: the most output tokens.
+        trackable: the Keras model holding the variables `encode` and
+            `step_fn` use, so they are saved. Defaults to `None`.
+        standardize: the source vectorizer's standardization, to recover
+            the source words that `[UNK]` copies. Defaults to `None`
+            (no copying: `[UNK]` is banned).
+        beam_width: beams for `translate`. Defaults to `4`.
+        length_penalty: GNMT length penalty `α`. Defaults to `0.6`.
+        coverage_penalty: GNMT coverage penalty `β`. Defaults to `0.0`.
+        start, end, unknown: the target's special tokens. Default to
+            `"[start]"`, `"[end]"` and `"[UNK]"`.
+        detokenize: `(regex, rewrite)` pairs joining the output tokens.
+            Defaults to the French rules of `DETOKENIZE`.
+
+    Signatures (each takes a batch of strings): `translate` (beam search,
+    also `serving_default`) and `translate_greedy`, returning
+    `translation`, `target_tokens`, `source_tokens`, `attention`
+    `(B, target, source)` and `source_truncated` (the input had more words
+    than the model reads).
+    """
+
+    def __init__(
+        self,
+        source_vectorizer,
+        target_vocabulary,
+        encode,
+        step_fn,
+        max_length,
+        trackable=None,
+        standardize=None,
+        beam_width=4,
+        length_penalty=0.6,
+        coverage_penalty=0.0,
+        start="[start]",
+        end="[end]",
+        unknown="[UNK]",
+        detokenize=DETOKENIZE,
+    ):
+        super().__init__()
+        vocab = list(target_vocabulary)
+        for name, token in (("start", start), ("end", end)):
+            if token not in vocab:
+                raise ValueError(
+                    f"Expected {name}={token!r} in target_vocabulary. "
+                    f"Received: {len(vocab)} tokens without it"
+                )
+        self.source_length = source_vectorizer.get_config()[
+            "output_sequence_length"
+        ]
+        if not self.source_length:
+            raise ValueError(
+                "Expected source_vectorizer to have an output_sequence_length. "
+                "Received: output_sequence_length=None"
+            )
+        self.vectorizer, self.model = source_vectorizer, trackable
+        self._encode, self._step_fn = encode, step_fn
+        self.standardize = standardize
+        self.start_id, self.end_id = vocab.index(start), vocab.index(end)
+        self.unknown_id = vocab.index(unknown) if unknown in vocab else -1
+        banned = [self.start_id]
+        if standardize is None and self.unknown_id >= 0:
+            banned.append(self.unknown_id)
+        self.banned = tuple(banned)
+        self.max_length, self.beam_width = max_length, beam_width
+        self.length_penalty = length_penalty
+        self.coverage_penalty = coverage_penalty
+        self.detokenize = tuple(detokenize)
+        self.target_vocabulary = vocab
+        self.vocab = tf.constant(vocab)
+        self.source_vocab = tf.constant(source_vectorizer.get_vocabulary())
+
+    def _source_words(self, text):
+        """The standardized source words, `(B, S)`, and their counts."""
+        if self.standardize is None:
+            ids = self.vectorizer(text)
+            return tf.gather(self.source_vocab, ids), None
+        words = tf.strings.split(self.standardize(text))
+        counts = words.row_lengths()
+        shape = [None, self.source_length]
+        return words.to_tensor("", shape=shape), counts
+
+    def _search(self, text, method):
+        source = tf.cast(self.vectorizer(text), "int32")  # (B, S)
+        state = self._encode(source)
+        if method == "beam":
+            out = search.beam_search(
+                self._step_fn,
+                state,
+                self.start_id,
+                self.end_id,
+                self.max_length,
+                self.beam_width,
+                self.length_penalty,
+                self.coverage_penalty,
+                source_mask=source != 0,
+                banned_ids=self.banned,
+            )
+        else:
+            out = search.greedy_search(
+                self._step_fn,
+                state,
+                self.start_id,
+                self.end_id,
+                self.max_length,
+                banned_ids=self.banned,
+            )
+        source_words, counts = self._source_words(text)
+        ids, attention = out["ids"], out["alignment"]
+        empty = tf.reduce_all(source == 0, axis=1)  # (B,)
+        return self._strings(ids, attention, source_words, counts, empty)
+
+    def _strings(self, ids, attention, source_words, counts, empty):
+        words = tf.gather(self.vocab, ids)
+        if self.standardize is not None and self.unknown_id >= 0:
+            at = tf.argmax(attention, axis=-1, output_type=tf.int32)  # (B, L)
+            copied = tf.gather(source_words, at, batch_dims=1)
+            words = tf.where(ids == self.unknown_id, copied, words)
+        ended = tf.cast(ids == self.end_id, "int32")
+        keep = tf.cumsum(ended, axis=1, exclusive=True) == 0
+        keep &= (ids != self.end_id) & (ids != 0) & ~empty[:, None]
+        words = tf.where(keep, words, "")
+        joined = tf.strings.reduce_join(words, axis=1, separator=" ")
+        for pattern, rewrite in self.detokenize:
+            joined = tf.strings.regex_replace(joined, pattern, rewrite)
+        truncated = tf.zeros_like(empty)
+        if counts is not None:
+            truncated = counts > self.source_length
+        return {
+            "translation": tf.strings.strip(joined),
+            "target_tokens": words,
+            "source_tokens": source_words,
+            "attention": attention,  # (B, target, source)
+            "source_truncated": truncated,
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def translate(self, text):
+        return self._search(text, "beam")
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def translate_greedy(self, text):
+        return self._search(text, "greedy")
+
+    def export(self, path, overwrite=False):
+        """SavedModel with `translate` (also `serving_default`) and
+        `translate_greedy`, through `export.export_module`'s checks."""
+        from keras_attn.export import export_module
+
+        signatures = {
+            "serving_default": self.translate,
+            "translate": self.translate,
+            "translate_greedy": self.translate_greedy,
+        }
+        return export_module(self, path, signatures, overwrite)
+
+    def export_tflite(self, path, overwrite=False):
+        """LiteRT model whose `translate(source (1, S) int32)` signature
+        runs the whole greedy search (a builtin `WHILE`) and returns
+        `ids (1, L)` and `alignment (1, L, S)`; builtin ops only.
+
+        The vocabularies and the settings the numpy-only runtime
+        (`litert_runtime.LiteRTTranslator`) needs travel inside the file
+        as metadata.
+        """
+        from keras_attn.export import export_signatures_tflite
+
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([1, self.source_length], tf.int32, "source")
+            ]
+        )
+        def translate(source):
+            out = search.greedy_search(
+                self._step_fn,
+                self._encode(source),
+                self.start_id,
+                self.end_id,
+                self.max_length,
+                banned_ids=self.banned,
+            )
+            return {"ids": out["ids"], "alignment": out["alignment"]}
+
+        config = {
+            "kind": "translator",
+            "standardize": getattr(self.standardize, "__name__", None),
+            "source_length": self.source_length,
+            "max_length": self.max_length,
+            "start_id": self.start_id,
+            "end_id": self.end_id,
+            "unknown_id": self.unknown_id,
+            "copy_unknown": self.standardize is not None,
+            "detokenize": [list(rule) for rule in self.detokenize],
+        }
+        metadata = {
+            "keras_attn.config": json.dumps(config).encode(),
+            "keras_attn.source_vocabulary": "\n".join(
+                self.vectorizer.get_vocabulary()
+            ).encode(),
+            "keras_attn.target_vocabulary": "\n".join(
+                self.target_vocabulary
+            ).encode(),
+        }
+        return export_signatures_tflite(
+            {"translate": translate}, path, overwrite, metadata=metadata
+        )
