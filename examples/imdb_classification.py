@@ -26,7 +26,14 @@ import os
 import platform
 import time
 
+import keras
 import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+import keras_attn
+from keras_attn import StructuredSelfAttention, explain, standardize_review
+from keras_attn.export import export_saved_model
 
 # The settings of the shipped `saved_models/imdb_ssa` (chosen on the
 # validation split; see docs/results.md for the tuning log).
@@ -60,8 +67,6 @@ once, at the end.
 
 
 def load_imdb(limit=None, val_fraction=0.1, seed=1337):
-    import tensorflow_datasets as tfds
-
     def split(name):
         x, y = tfds.load(
             "imdb_reviews", split=name, batch_size=-1, as_supervised=True
@@ -95,10 +100,6 @@ it. The same tokenization runs without TensorFlow in
 
 
 def make_vectorizer(texts, max_tokens, length):
-    import keras
-
-    from keras_attn import standardize_review
-
     vectorizer = keras.layers.TextVectorization(
         max_tokens=max_tokens,
         standardize=standardize_review,
@@ -111,8 +112,6 @@ def make_vectorizer(texts, max_tokens, length):
 
 def token_dataset(vectorizer, texts, labels, batch_size, seed=None):
     """Batches of (token ids, label), shuffled when a seed is given."""
-    import tensorflow as tf
-
     ds = tf.data.Dataset.from_tensor_slices((texts, labels))
     if seed is not None:
         ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
@@ -133,10 +132,6 @@ the attention `A` of shape `(batch, hops, length)`.
 
 
 def build_model(vocab_size, hp):
-    import keras
-
-    from keras_attn import StructuredSelfAttention
-
     tokens = keras.Input((hp["length"],), dtype="int64", name="tokens")
     x = keras.layers.Embedding(vocab_size, hp["embed_dim"], mask_zero=True)(
         tokens
@@ -173,8 +168,6 @@ keeps the best epoch's weights.
 
 
 def train(model, train_ds, val_ds, hp, verbose=2):
-    import keras
-
     trainer = keras.Model(model.input, model.output["probability"])
     trainer.compile(
         optimizer=keras.optimizers.AdamW(
@@ -210,23 +203,17 @@ review attended to most.
 
 
 def text_model_of(vectorizer, model):
-    import keras
-
     text = keras.Input((), dtype="string", name="text")
     return keras.Model(text, model(vectorizer(text)), name="imdb_ssa_text")
 
 
 def accuracy(text_model, texts, labels):
-    import tensorflow as tf
-
     batches = tf.data.Dataset.from_tensor_slices(texts).batch(256)
     out = text_model.predict(batches, verbose=0)
     return float(np.mean((out["probability"][:, 0] > 0.5) == (labels > 0.5)))
 
 
 def show_attention(text_model, texts):
-    from keras_attn import explain
-
     texts = [t.decode() if isinstance(t, bytes) else t for t in texts]
     for result in explain.attend(text_model, texts):
         words = ", ".join(w for w, _ in explain.top_tokens(result, 6))
@@ -244,30 +231,22 @@ the LiteRT files.
 
 
 def save(folder, text_model, metrics):
-    import keras
-    import tensorflow as tf
-
-    import keras_attn
-    from keras_attn.export import export_saved_model
-
     os.makedirs(folder, exist_ok=True)
     text_model.save(os.path.join(folder, "model.keras"))
     export_saved_model(text_model, os.path.join(folder, "saved_model"))
-    metrics["versions"] = dict(
-        keras_attn=keras_attn.__version__,
-        keras=keras.__version__,
-        tensorflow=tf.__version__,
-        python=platform.python_version(),
-        machine=f"{platform.machine()}, {os.cpu_count()} CPU cores",
-    )
+    metrics["versions"] = {
+        "keras_attn": keras_attn.__version__,
+        "keras": keras.__version__,
+        "tensorflow": tf.__version__,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
+    }
     with open(os.path.join(folder, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
 
 
 def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
     """Train, evaluate, save; `overrides` replace `HPARAMS` entries."""
-    import keras
-
     hp = {**HPARAMS, **overrides}
     keras.utils.set_random_seed(hp["seed"])
     data = load_imdb(limit, hp["val_fraction"], hp["seed"])
@@ -313,8 +292,6 @@ if __name__ == "__main__":
     parser.add_argument("--out", help="write OUT/imdb_ssa/")
     parser.add_argument("--limit", type=int, help="use only this many reviews")
     parser.add_argument("--epochs", type=int, default=HPARAMS["epochs"])
-    parser.add_argument(
-        "--no-test", action="store_true", help="validation only"
-    )
+    parser.add_argument("--no-test", action="store_true", help="no test set")
     args = parser.parse_args()
     main(args.out, args.limit, not args.no_test, epochs=args.epochs)

@@ -417,9 +417,9 @@ def _explain(args):
 def _export(args):
     from keras_attn import export
 
-    if not (args.saved_model or args.tflite):
+    if not (args.saved_model or args.tflite or args.onnx):
         raise ValueError(
-            "Nothing to export: give --saved-model and/or --tflite."
+            "Nothing to export: give --saved-model, --tflite and/or --onnx."
         )
     texts = None
     if args.calibration is not None:
@@ -430,6 +430,7 @@ def _export(args):
         "dynamic_length": "--dynamic-length",
         "saved_model": "--saved-model",
         "tflite": "--tflite",
+        "onnx": "--onnx",
     }
     model_file = args.model
     if os.path.isdir(model_file):
@@ -437,6 +438,7 @@ def _export(args):
     settings = dict(
         saved_model=args.saved_model,
         tflite=args.tflite,
+        onnx=args.onnx,
         quantize=args.quantize,
         calibration_texts=texts,
         dynamic_length=args.dynamic_length,
@@ -459,6 +461,9 @@ def _export(args):
             "int8": "full-integer int8 weights and activations",
         }[args.quantize]
         print(f"wrote LiteRT {args.tflite} ({kind}, {size:.2f} MiB)")
+    if "onnx" in written:
+        size = os.path.getsize(args.onnx) / 2**20
+        print(f"wrote ONNX {args.onnx} (float32, token ids in, {size:.2f} MiB)")
     return 0
 
 
@@ -474,6 +479,18 @@ def _predict(args):
                 "Expected a LiteRT classifier with a 'probability' output. "
                 f"Received: {path!r} with outputs "
                 f"{sorted(clf.runner.get_output_details())}"
+            )
+        ids = clf.tokenizer(texts)
+        known = [int((np.asarray(row) > 1).sum()) for row in ids]
+        out = clf.predict_ids(ids)
+    elif path.endswith(".onnx"):
+        from keras_attn.litert_runtime import OnnxClassifier
+
+        clf = OnnxClassifier(path)
+        if "probability" not in clf.outputs:
+            raise ValueError(
+                "Expected an ONNX classifier with a 'probability' output. "
+                f"Received: {path!r} with outputs {clf.outputs}"
             )
         ids = clf.tokenizer(texts)
         known = [int((np.asarray(row) > 1).sum()) for row in ids]

@@ -27,7 +27,7 @@ _SAVED_MODEL_ENTRIES = {
     "variables",
     "assets",
 }
-KINDS = ("saved_model", "tflite")
+KINDS = ("saved_model", "tflite", "onnx")
 
 
 def is_saved_model_dir(path):
@@ -47,6 +47,21 @@ def is_tflite_file(path):
     return len(head) == 8 and head[4:8] == b"TFL3"
 
 
+def is_onnx_file(path):
+    """A regular file that parses as an ONNX model with a graph."""
+    if not os.path.isfile(path) or os.path.islink(path):
+        return False
+    with open(path, "rb") as f:
+        if f.read(1) != b"\x08":  # ModelProto field 1, ir_version
+            return False
+    try:
+        import onnx
+
+        return len(onnx.load(path, load_external_data=False).graph.node) > 0
+    except Exception:  # not ONNX, or onnx not installed: not provably ours
+        return False
+
+
 def _is_within(inner, outer):
     """Whether `inner` is `outer` or lies below it (real paths)."""
     return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
@@ -57,7 +72,8 @@ def check_destination(path, kind, overwrite=False, protect=(), arg="path"):
 
     Args:
         path: the destination.
-        kind: `"saved_model"` (a folder) or `"tflite"` (a file).
+        kind: `"saved_model"` (a folder), `"tflite"` or `"onnx"` (a
+            file).
         overwrite: replace an existing destination that is not an earlier
             artifact of the same kind. Defaults to `False`.
         protect: paths that must survive: neither they nor the folders
@@ -91,12 +107,16 @@ def check_destination(path, kind, overwrite=False, protect=(), arg="path"):
                 f"or its folder). Received: {arg}={os.fspath(path)!r}"
             )
     if os.path.lexists(target):
-        same = (
-            is_saved_model_dir(target)
-            if kind == "saved_model"
-            else is_tflite_file(target)
-        )
-        what = "SavedModel folder" if kind == "saved_model" else "LiteRT file"
+        same = {
+            "saved_model": is_saved_model_dir,
+            "tflite": is_tflite_file,
+            "onnx": is_onnx_file,
+        }[kind](target)
+        what = {
+            "saved_model": "SavedModel folder",
+            "tflite": "LiteRT file",
+            "onnx": "ONNX file",
+        }[kind]
         if os.path.isdir(target) and not os.path.islink(target):
             found = "a folder"
         else:
@@ -488,7 +508,10 @@ def convert_tflite(
     @tf.function(input_signature=[spec])
     def serve(tokens):
         out = ready(tokens[:, :length], training=False)
-        return out if isinstance(out, dict) else {"output_0": out}
+        if isinstance(out, dict):
+            return out
+        out = out if isinstance(out, (list, tuple)) else [out]
+        return {f"output_{i}": o for i, o in enumerate(out)}
 
     frozen = _freeze(serve)
     module = tf.Module()
@@ -663,6 +686,7 @@ _API_NAMES = {
     "dynamic_length": "dynamic_length",
     "saved_model": "saved_model",
     "tflite": "tflite",
+    "onnx": "onnx",
 }
 
 
@@ -739,14 +763,15 @@ def check_text_export(
     overwrite=False,
     protect=(),
     names=None,
+    onnx=None,
 ):
     """Every check of `export_text_model` that needs no model: settings
     and destinations. Returns `{kind: absolute path}`."""
     names = {**_API_NAMES, **(names or {})}
-    if saved_model is None and tflite is None:
+    if saved_model is None and tflite is None and onnx is None:
         raise ValueError(
-            f"Nothing to export: give {names['saved_model']} and/or "
-            f"{names['tflite']}. Received: neither"
+            f"Nothing to export: give {names['saved_model']}, "
+            f"{names['tflite']} and/or {names['onnx']}. Received: none"
         )
     targets = {}
     if saved_model is not None:
@@ -762,17 +787,30 @@ def check_text_export(
         targets["tflite"] = check_destination(
             tflite, "tflite", overwrite, protect, names["tflite"]
         )
+    if onnx is not None:
+        targets["onnx"] = check_destination(
+            onnx, "onnx", overwrite, protect, names["onnx"]
+        )
+    files = [targets[k] for k in ("tflite", "onnx") if k in targets]
+    folder = targets.get("saved_model")
     if len(set(targets.values())) < len(targets) or (
-        len(targets) == 2
-        and _is_within(
-            os.path.realpath(targets["tflite"]),
-            os.path.realpath(targets["saved_model"]),
+        folder
+        and any(
+            _is_within(os.path.realpath(f), os.path.realpath(folder))
+            for f in files
         )
     ):
+        given = ", ".join(
+            f"{names[k]}={v!r}"
+            for k, v in (
+                ("saved_model", saved_model),
+                ("tflite", tflite),
+                ("onnx", onnx),
+            )
+            if v is not None
+        )
         raise ValueError(
-            "The SavedModel folder and the LiteRT file must not overlap. "
-            f"Received: {names['saved_model']}={saved_model!r}, "
-            f"{names['tflite']}={tflite!r}"
+            "The export destinations must not overlap. Received: " + given
         )
     return targets
 
@@ -788,8 +826,10 @@ def export_text_model(
     overwrite=False,
     protect=(),
     names=None,
+    onnx=None,
 ):
-    """SavedModel and/or LiteRT export of a raw-text model, all or nothing.
+    """SavedModel, LiteRT and/or ONNX export of a raw-text model, all or
+    nothing.
 
     Every setting and destination is checked before any work, both
     artifacts are built in temporary folders, and only then moved into
@@ -806,9 +846,14 @@ def export_text_model(
         protect: paths never to replace. Defaults to `()`.
         names: argument names to use in error messages (the CLI passes
             its flags). Defaults to the Python argument names.
+        onnx: the `.onnx` file: the token model through Keras's
+            `export(format="onnx")` (int32 token ids in, float32 out; ONNX
+            has no string ops), with the vocabulary and the length in its
+            `metadata_props`. Defaults to `None`.
 
     Returns:
-        `{"saved_model": path, "tflite": path}` for what was written.
+        `{"saved_model": path, "tflite": path, "onnx": path}` for what was
+        written.
     """
     targets = check_text_export(
         saved_model,
@@ -819,6 +864,7 @@ def export_text_model(
         overwrite,
         protect,
         names,
+        onnx,
     )
     split_text_model(text_model)  # the model has the expected shape
     data = None
@@ -826,6 +872,7 @@ def export_text_model(
         data = _text_tflite_bytes(
             text_model, quantize, calibration_texts, batch_size, dynamic_length
         )
+    onnx_data = _text_onnx_bytes(text_model) if onnx is not None else None
     kinds = list(targets)
     with staged(*targets.values()) as tmps:
         for kind, tmp in zip(kinds, tmps, strict=True):
@@ -833,12 +880,33 @@ def export_text_model(
                 _write_saved_model(text_model, tmp)
             else:
                 with open(tmp, "wb") as f:
-                    f.write(data)
-    return {
-        kind: path
-        for kind, path in (("saved_model", saved_model), ("tflite", tflite))
-        if path is not None
+                    f.write(data if kind == "tflite" else onnx_data)
+    given = {"saved_model": saved_model, "tflite": tflite, "onnx": onnx}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _text_onnx_bytes(text_model):
+    """The token model as ONNX bytes, vocabulary and length inside."""
+    import onnx
+
+    vectorizer, token_model = split_text_model(text_model)
+    with _scratch() as tmp:
+        path = os.path.join(tmp, "model.onnx")
+        token_model.export(path, format="onnx", verbose=False)
+        proto = onnx.load(path)
+    config = {
+        "format": "keras_attn.text_classifier",
+        "version": 1,
+        "max_length": int(token_model.inputs[0].shape[1]),
     }
+    entries = {
+        "keras_attn.vocabulary": "\n".join(vectorizer.get_vocabulary()),
+        "keras_attn.config": json.dumps(config),
+    }
+    for key, value in entries.items():
+        prop = proto.metadata_props.add()
+        prop.key, prop.value = key, value
+    return proto.SerializeToString()
 
 
 def _freeze(function):

@@ -367,6 +367,58 @@ class Tokenizer:
         return ids
 
 
+class OnnxClassifier:
+    """A text classifier written by `export.export_text_model(onnx=...)`,
+    run with `onnxruntime` and this module's tokenizer (no TensorFlow).
+
+    The vocabulary and the length come from the file's `metadata_props`.
+
+    Args:
+        model_path: the `.onnx` file.
+    """
+
+    def __init__(self, model_path):
+        import onnx
+        import onnxruntime
+
+        if not os.path.isfile(model_path):
+            raise ValueError(
+                f"No such ONNX model. Received: model_path={model_path!r}"
+            )
+        try:
+            proto = onnx.load(model_path, load_external_data=False)
+        except Exception as err:  # onnx raises DecodeError and others
+            raise ValueError(
+                f"Not a valid ONNX model: {model_path!r} ({err})"
+            ) from None
+        meta = {p.key: p.value for p in proto.metadata_props}
+        if "keras_attn.vocabulary" not in meta:
+            raise ValueError(
+                "Expected an ONNX classifier exported by keras_attn (with "
+                f"its vocabulary in metadata_props). Received: {model_path!r}"
+            )
+        vocabulary = check_vocabulary(
+            meta["keras_attn.vocabulary"].split("\n"), model_path
+        )
+        length = json.loads(meta.get("keras_attn.config", "{}")).get(
+            "max_length"
+        )
+        self.tokenizer = Tokenizer(vocabulary, int(length))
+        self.session = onnxruntime.InferenceSession(model_path)
+        first = self.session.get_inputs()[0]
+        self.input = first.name
+        self.dtype = "int64" if first.type == "tensor(int64)" else "int32"
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def predict_ids(self, ids):
+        ids = np.asarray(ids, self.dtype)
+        values = self.session.run(None, {self.input: ids})
+        return dict(zip(self.outputs, values, strict=True))
+
+    def predict(self, texts):
+        return self.predict_ids(self.tokenizer(texts))
+
+
 class LiteRTClassifier:
     """A `.tflite` text classifier with the vocabulary bound to it.
 
@@ -594,10 +646,16 @@ class LiteRTTranslator:
     def translate(self, text, truncate=False):
         """The translation of `text` (empty for an input with no words)."""
         ids, align, words = self.translate_ids(text, truncate)
+        # An output [UNK] copies the most attended source word among the
+        # source's own unknown words (all of them if it has none), as
+        # `keras_attn.seq2seq.serving.copy_positions`.
+        unknown = [self.index.get(w, 1) == 1 for w in words]
+        keep = np.array(unknown if any(unknown) else [True] * len(words))
         out = []
         for t, i in enumerate(ids):
             if i == self.unknown:
-                out.append(words[int(np.argmax(align[t, : len(words)]))])
+                scores = np.where(keep, align[t, : len(words)], -1.0)
+                out.append(words[int(np.argmax(scores))])
             else:
                 out.append(self.target_vocab[i])
         joined = " ".join(out)

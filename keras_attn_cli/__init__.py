@@ -73,10 +73,15 @@ def build_parser():
         "--file", default=None, metavar="PATH", help="the text from a file"
     )
     p.add_argument("--out", default="explain_out", help="output folder")
-    p = sub.add_parser("export", help="SavedModel and/or LiteRT export")
+    p = sub.add_parser("export", help="SavedModel, LiteRT and ONNX export")
     p.add_argument("model", help="a .keras raw-text model or its folder")
     p.add_argument("--saved-model", default=None, help="target folder")
     p.add_argument("--tflite", default=None, help="target .tflite file")
+    p.add_argument(
+        "--onnx",
+        default=None,
+        help="target .onnx file (token ids in; vocabulary in its metadata)",
+    )
     p.add_argument(
         "--quantize",
         default="none",

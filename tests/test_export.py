@@ -1,5 +1,6 @@
 """Export round trips: SavedModel, LiteRT (every quantization), CLI errors."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -265,13 +266,17 @@ def test_cli_export_and_predict_agree(text_model, tmp_path):
         str(tmp_path / "sm"),
         "--tflite",
         str(tmp_path / "m.tflite"),
+        "--onnx",
+        str(tmp_path / "m.onnx"),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "wrote ONNX" in proc.stdout
     results = []
     for artifact in (
         model_path,
         str(tmp_path / "sm"),
         str(tmp_path / "m.tflite"),
+        str(tmp_path / "m.onnx"),
     ):
         proc = run_cli("predict", artifact, "great film", "awful plot")
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -281,8 +286,39 @@ def test_cli_export_and_predict_agree(text_model, tmp_path):
                 for line in proc.stdout.strip().splitlines()
             ]
         )
-    np.testing.assert_allclose(results[1], results[0], atol=1e-4)
-    np.testing.assert_allclose(results[2], results[0], atol=1e-4)
+    for other in results[1:]:
+        np.testing.assert_allclose(other, results[0], atol=1e-4)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None,
+    reason="onnxruntime not installed",
+)
+def test_onnx_export_matches_keras_and_is_safe(attention_model, tmp_path):
+    from keras_attn.litert_runtime import OnnxClassifier
+
+    path = str(tmp_path / "m.onnx")
+    export.export_text_model(attention_model, onnx=path)
+    want = attention_model.predict(as_batch(TEXTS[:8]), verbose=0)
+    got = OnnxClassifier(path).predict(TEXTS[:8])
+    for key in ("probability", "attention"):
+        np.testing.assert_allclose(got[key], want[key], atol=1e-5)
+    # An earlier ONNX export is replaced; anything else is refused.
+    export.export_text_model(attention_model, onnx=path)
+    other = tmp_path / "notes.onnx"
+    other.write_text("my notes")
+    with pytest.raises(ValueError, match="not an earlier ONNX file"):
+        export.export_text_model(attention_model, onnx=str(other))
+    assert other.read_text() == "my notes"
+    (tmp_path / "sm").mkdir()
+    with pytest.raises(ValueError, match="must not overlap"):
+        export.export_text_model(
+            attention_model,
+            saved_model=str(tmp_path / "sm"),
+            onnx=str(tmp_path / "sm" / "m.onnx"),
+            overwrite=True,
+        )
+    assert os.listdir(tmp_path / "sm") == []
 
 
 @pytest.mark.slow

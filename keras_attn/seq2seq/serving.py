@@ -21,13 +21,27 @@ from keras_attn.seq2seq import search
 DETOKENIZE = ((" +", " "), ("' ", "'"), (r" ([.,])", r"\1"))
 
 
+def copy_positions(attention, source, unknown_id=1):
+    """The source position each output step copies from, `(B, L)`.
+
+    The most attended source position among the source's own unknown
+    words (numbers, names: what an output `[UNK]` stands for), or among
+    all positions when the source has none.
+    """
+    unknown = tf.equal(source, unknown_id)[:, None, :]  # (B, 1, S)
+    has = tf.reduce_any(unknown, axis=-1, keepdims=True)  # (B, 1, 1)
+    keep = tf.logical_or(unknown, tf.logical_not(has))
+    scores = tf.where(keep, attention, -1.0)  # (B, L, S)
+    return tf.argmax(scores, axis=-1, output_type=tf.int32)
+
+
 class Translator(tf.Module):
     """A SavedModel-ready translator with beam and greedy search in-graph.
 
-    An `[UNK]` in the output is replaced by the source word with the
-    highest attention weight at that step (unknown-word replacement, Luong
-    et al. 2015), so numbers and names outside the vocabulary come
-    through. An input with no words gives an empty translation.
+    An `[UNK]` in the output is replaced by a source word (unknown-word
+    replacement, Luong et al. 2015): the most attended of the source's own
+    unknown words at that step (see `copy_positions`), so numbers and
+    names outside the vocabulary come through. An input with no words gives an empty translation.
 
     Args:
         source_vectorizer: a `TextVectorization` layer for the source text,
@@ -143,12 +157,14 @@ class Translator(tf.Module):
         source_words, counts = self._source_words(text)
         ids, attention = out["ids"], out["alignment"]
         empty = tf.reduce_all(source == 0, axis=1)  # (B,)
-        return self._strings(ids, attention, source_words, counts, empty)
+        return self._strings(
+            ids, attention, source, source_words, counts, empty
+        )
 
-    def _strings(self, ids, attention, source_words, counts, empty):
+    def _strings(self, ids, attention, source, source_words, counts, empty):
         words = tf.gather(self.vocab, ids)
         if self.standardize is not None and self.unknown_id >= 0:
-            at = tf.argmax(attention, axis=-1, output_type=tf.int32)  # (B, L)
+            at = copy_positions(attention, source)  # (B, L)
             copied = tf.gather(source_words, at, batch_dims=1)
             words = tf.where(ids == self.unknown_id, copied, words)
         ended = tf.cast(ids == self.end_id, "int32")

@@ -1,0 +1,196 @@
+"""Every layer and configuration through every export path, with parity.
+
+Small models built from each layer (each score function, causal or not,
+padding masks from `Embedding(mask_zero=True)`, attention weights as a
+second output, `MultiHeadPositional` with each position / feed-forward /
+gate option, `StructuredSelfAttention` with its penalty) go through:
+
+- Keras's `model.export(format="litert")`: builtin ops only, outputs
+  within 1e-4 of Keras;
+- Keras's `model.export(format="onnx")`: onnxruntime within 1e-4;
+- our `export.convert_tflite` in float32, float16, dynamic-range int8 and
+  full-integer int8 (calibrated), within the tolerances below (measured
+  figures in docs/export.md).
+
+Slow tier. Skipped where onnxruntime / tf2onnx are not installed.
+"""
+
+import importlib.util
+
+import keras
+import numpy as np
+import pytest
+
+import keras_attn
+from keras_attn import export
+
+pytestmark = pytest.mark.slow
+
+T, V = 12, 60
+RNG = np.random.default_rng(0)
+IDS = RNG.integers(1, V, size=(8, T)).astype("int32")
+IDS[::2, 8:] = 0  # half the rows padded
+# Largest |keras - export| allowed, relative to the output's largest |y|.
+TOLERANCE = {"none": 1e-4, "float16": 2e-2, "dynamic": 0.1, "int8": 0.25}
+
+
+def model_with(layer_call, name):
+    keras.utils.set_random_seed(1)
+    tokens = keras.Input((T,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(V, 16, mask_zero=True)(tokens)
+    y, weights = layer_call(x)
+    pooled = (
+        keras.layers.GlobalAveragePooling1D()(y)
+        if len(y.shape) == 3
+        else (keras.layers.Flatten()(y))
+    )
+    out = keras.layers.Dense(2, name="logits")(pooled)
+    return keras.Model(tokens, [out, weights], name=name)
+
+
+def score_model(score, causal=False):
+    layer = keras_attn.Attention(score=score, units=8, rank=4)
+    return model_with(
+        lambda x: layer(
+            x, x, use_causal_mask=causal, return_attention_scores=True
+        ),
+        f"attention_{score}{'_causal' if causal else ''}",
+    )
+
+
+def additive_model():
+    layer = keras_attn.AdditiveAttention(units=8)
+    return model_with(
+        lambda x: layer(x, x, return_attention_scores=True), "additive_layer"
+    )
+
+
+def mhp_model(causal=False, **kwargs):
+    layer = keras_attn.MultiHeadPositional(2, 8, **kwargs)
+    name = "mhp_" + "_".join(f"{k}-{v}" for k, v in kwargs.items())
+    return model_with(
+        lambda x: layer(
+            x, x, use_causal_mask=causal, return_attention_scores=True
+        ),
+        name + ("_causal" if causal else ""),
+    )
+
+
+def ssa_model():
+    layer = keras_attn.StructuredSelfAttention(
+        8, num_hops=3, penalty_coefficient=0.1
+    )
+    return model_with(
+        lambda x: layer(x, return_attention_scores=True), "ssa_penalty"
+    )
+
+
+BUILDERS = {
+    "dot": lambda: score_model("dot"),
+    "scaled_dot_causal": lambda: score_model("scaled_dot", causal=True),
+    "general": lambda: score_model("general"),
+    "low_rank": lambda: score_model("low_rank"),
+    "additive": lambda: score_model("additive"),
+    "additive_causal": lambda: score_model("additive", causal=True),
+    "additive_layer": additive_model,
+    "mhp_sinusoidal_causal": lambda: mhp_model(True, position="sinusoidal"),
+    "mhp_learned": lambda: mhp_model(position="learned", max_length=T),
+    "mhp_none_concat": lambda: mhp_model(position=None, feed_forward="concat"),
+    "mhp_per_head_gate": lambda: mhp_model(
+        position="sinusoidal", feed_forward="per_head", use_gate=True
+    ),
+    "mhp_learned_concat_causal": lambda: mhp_model(
+        True, position="learned", max_length=T, feed_forward="concat"
+    ),
+    "ssa_penalty": ssa_model,
+}
+
+
+def keras_outputs(model, ids):
+    return [np.asarray(o) for o in model.predict(ids, verbose=0)]
+
+
+def run_tflite(path_or_bytes, ids):
+    """Each row alone through a batch-1 LiteRT model; outputs by shape."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    kwargs = (
+        {"model_content": path_or_bytes}
+        if isinstance(path_or_bytes, bytes)
+        else {"model_path": path_or_bytes}
+    )
+    interpreter = Interpreter(**kwargs)
+    inp = interpreter.get_input_details()[0]
+    if tuple(inp["shape"]) != (1, T):
+        interpreter.resize_tensor_input(inp["index"], (1, T))
+    interpreter.allocate_tensors()
+    rows = []
+    for row in ids:
+        interpreter.set_tensor(inp["index"], row[None].astype(inp["dtype"]))
+        interpreter.invoke()
+        rows.append(
+            {
+                tuple(d["shape"][1:]): _dequantized(interpreter, d)
+                for d in interpreter.get_output_details()
+            }
+        )
+    return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+
+
+def _dequantized(interpreter, detail):
+    value = interpreter.get_tensor(detail["index"])
+    scale, zero = detail["quantization"]
+    if detail["dtype"] != np.float32 and scale:
+        value = (value.astype("float32") - zero) * scale
+    return value.astype("float32")
+
+
+def assert_close(got_by_shape, want, tol, label):
+    for w in want:
+        got = got_by_shape[tuple(w.shape[1:])]
+        err = np.abs(got - w).max() / max(np.abs(w).max(), 1e-6)
+        assert err <= tol, f"{label}: relative error {err:.2e} > {tol}"
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_keras_litert_export_is_builtin_and_matches(name, tmp_path):
+    model = BUILDERS[name]()
+    want = keras_outputs(model, IDS)
+    path = str(tmp_path / "m.tflite")
+    model.export(path, format="litert", verbose=False)
+    ops_used = export.tflite_op_names(path)
+    assert not [o for o in ops_used if "FLEX" in o or "CUSTOM" in o], ops_used
+    assert_close(run_tflite(path, IDS), want, 1e-4, name)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None
+    or importlib.util.find_spec("tf2onnx") is None,
+    reason="onnxruntime / tf2onnx not installed",
+)
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_keras_onnx_export_matches(name, tmp_path):
+    import onnxruntime
+
+    model = BUILDERS[name]()
+    want = keras_outputs(model, IDS)
+    path = str(tmp_path / "m.onnx")
+    model.export(path, format="onnx", verbose=False)
+    session = onnxruntime.InferenceSession(path)
+    got = session.run(None, {session.get_inputs()[0].name: IDS})
+    assert_close({tuple(g.shape[1:]): g for g in got}, want, 1e-4, name)
+
+
+@pytest.mark.parametrize("quantize", ["none", "float16", "dynamic", "int8"])
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_our_litert_exports_match(name, quantize):
+    model = BUILDERS[name]()
+    want = keras_outputs(model, IDS)
+    calibration = RNG.integers(1, V, size=(32, T)).astype("int32")
+    calibration[::2, 6:] = 0
+    data = export.convert_tflite(
+        model, quantize=quantize, representative_data=calibration
+    )
+    ops_used = export.tflite_op_names(data)
+    assert not [o for o in ops_used if "FLEX" in o or "CUSTOM" in o], ops_used
+    assert_close(run_tflite(data, IDS), want, TOLERANCE[quantize], name)
