@@ -41,7 +41,8 @@ class Translator(tf.Module):
     An `[UNK]` in the output is replaced by a source word (unknown-word
     replacement, Luong et al. 2015): the most attended of the source's own
     unknown words at that step (see `copy_positions`), so numbers and
-    names outside the vocabulary come through. An input with no words gives an empty translation.
+    names outside the vocabulary come through. An input with no words
+    gives an empty translation.
 
     Args:
         source_vectorizer: a `TextVectorization` layer for the source text,
