@@ -55,7 +55,7 @@ def main(argv=None):
         "keras predict": lambda x: model.predict(x, verbose=0),
         "SavedModel": lambda x: fn(tf.constant(list(x))),
     }
-    for name in ("model_float32.tflite", "model_int8.tflite"):
+    for name in ("model_float32.tflite", "model_dynamic_int8.tflite"):
         path = os.path.join(args.folder, name)
         if os.path.isfile(path):
             for threads in (1, 2):

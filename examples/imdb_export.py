@@ -1,7 +1,7 @@
 """Export a shipped IMDB model to LiteRT and measure every quantization.
 
 For `saved_models/<name>/model.keras` this writes `model_float32.tflite` and
-`model_int8.tflite` beside it (each carries its vocabulary inside; a
+`model_dynamic_int8.tflite` beside it (each carries its vocabulary inside; a
 `vocabulary.txt` is kept beside them for other tools), and records in
 `<name>/litert.json`, for float32, float16, dynamic-range int8 and
 full-integer int8: the size, the max |LiteRT − Keras| difference on 1,000
@@ -36,7 +36,8 @@ def main(argv=None):
         "--ship-int8",
         choices=["dynamic", "int8"],
         default="int8",
-        help="which int8 variant ships as model_int8.tflite",
+        help="which int8 variant ships: model_dynamic_int8.tflite (int8 "
+        "weights, float activations) or model_full_int8.tflite",
     )
     p.add_argument("--parity-reviews", type=int, default=1000)
     p.add_argument("--calibration", type=int, default=500)
@@ -138,7 +139,8 @@ def main(argv=None):
             if quantize == "none":
                 ship = "model_float32.tflite"
             elif quantize == args.ship_int8:
-                ship = "model_int8.tflite"
+                kind = "dynamic" if quantize == "dynamic" else "full"
+                ship = f"model_{kind}_int8.tflite"
             else:
                 continue
             os.replace(path, os.path.join(args.folder, ship))

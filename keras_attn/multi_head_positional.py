@@ -111,6 +111,11 @@ class MultiHeadPositional(layers.Layer):
         flash_attention: passed to `keras.ops.dot_product_attention`
             (`None`: the backend decides; `True` needs a backend kernel and
             no scores, no dropout). Defaults to `None`.
+        sliding_window: each query attends only to keys within
+            `sliding_window - 1` positions of its own (a symmetric band,
+            as `keras.layers.MultiHeadAttention(sliding_window=...)`);
+            with `use_causal_mask=True`, the causal sliding window of
+            Mistral-style models. Defaults to `None` (full attention).
         **kwargs: base layer arguments (`name`, `dtype`,
             `activity_regularizer`, ...).
 
@@ -187,6 +192,7 @@ class MultiHeadPositional(layers.Layer):
         seed=None,
         use_gate=False,
         flash_attention=None,
+        sliding_window=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -195,6 +201,7 @@ class MultiHeadPositional(layers.Layer):
         positive_int("value_dim", value_dim, allow_none=True)
         positive_int("feed_forward_dim", feed_forward_dim, allow_none=True)
         positive_int("output_dim", output_dim, allow_none=True)
+        positive_int("sliding_window", sliding_window, allow_none=True)
         if output_shape is not None:
             dims = (
                 (output_shape,)
@@ -253,6 +260,7 @@ class MultiHeadPositional(layers.Layer):
         self.seed = seed
         self.use_gate = use_gate
         self.flash_attention = flash_attention
+        self.sliding_window = sliding_window
         if flash_attention and dropout > 0:
             raise ValueError(
                 "Dropout is not supported with flash attention. Received: "
@@ -611,6 +619,15 @@ class MultiHeadPositional(layers.Layer):
             attention_mask = None  # (B, H, Tq, Tv): applied per head below
         elif attention_mask is not None and len(attention_mask.shape) == 2:
             attention_mask = attention_mask[None]  # (1, Tq, Tv)
+        if self.sliding_window is not None:
+            band = self._band(
+                ops.arange(ops.shape(query)[1]), ops.shape(key)[1]
+            )  # (1, Tq, Tv)
+            attention_mask = (
+                band
+                if attention_mask is None
+                else ops.logical_and(ops.cast(attention_mask, "bool"), band)
+            )
         q = self._query_dense(self._add_positions(query, "query"))  # (B,Tq,H,K)
         k = self._key_dense(self._add_positions(key, "key"))  # (B, Tv, H, K)
         v = self._value_dense(
@@ -664,6 +681,13 @@ class MultiHeadPositional(layers.Layer):
             output = ops.where(row_valid, output, ops.zeros_like(output))
         set_output_mask(output, query_mask)
         return output
+
+    def _band(self, query_positions, key_length):
+        """`|i - j| < sliding_window` for query positions `i` and keys
+        `0..key_length-1`, `(1, Tq, Tv)`."""
+        rows = ops.cast(query_positions, "int32")[:, None]
+        cols = ops.arange(key_length, dtype="int32")[None, :]
+        return ops.less(ops.abs(rows - cols), self.sliding_window)[None]
 
     # -- incremental decoding ------------------------------------------
     def _check_cacheable(self):
@@ -733,6 +757,9 @@ class MultiHeadPositional(layers.Layer):
             q_pos = ops.arange(steps) + index  # (Tq,) absolute positions
             attention_mask = ops.arange(length)[None, :] <= q_pos[:, None]
             attention_mask = attention_mask[None]  # (1, Tq, T)
+            if self.sliding_window is not None:
+                band = self._band(q_pos, length)
+                attention_mask = ops.logical_and(attention_mask, band)
         mask = masking.merge_masks(
             ops.shape(query)[1],
             length,
@@ -848,4 +875,5 @@ class MultiHeadPositional(layers.Layer):
             "seed": self.seed,
             "use_gate": self.use_gate,
             "flash_attention": self.flash_attention,
+            "sliding_window": self.sliding_window,
         }

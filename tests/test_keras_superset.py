@@ -207,3 +207,38 @@ def test_output_shape_like_keras(output_shape):
         keras_attn.MultiHeadPositional(2, 3, output_dim=4, output_shape=4)
     with pytest.raises(ValueError, match=r"output_shape=\(2, 0\)"):
         keras_attn.MultiHeadPositional(2, 3, output_shape=(2, 0))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sliding_window_equals_keras_mha(causal):
+    x = RNG.normal(size=(2, 7, 4)).astype("float32")
+    theirs = keras.layers.MultiHeadAttention(2, 3, sliding_window=3)
+    ours = keras_attn.MultiHeadPositional(
+        2, 3, position=None, sliding_window=3
+    )
+    theirs(x, x), ours(x, x)
+    ours.set_weights(theirs.get_weights())
+    got, w = ours(
+        x, x, use_causal_mask=causal, return_attention_scores=True
+    )
+    want = theirs(x, x, use_causal_mask=causal)
+    np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
+    i, j = np.indices((7, 7))
+    outside = np.abs(i - j) >= 3
+    if causal:
+        outside |= j > i
+    assert np.all(to_numpy(w)[..., outside] == 0)
+    assert np.all(to_numpy(w)[..., ~outside] > 0)
+    assert ours.get_config()["sliding_window"] == 3
+    with pytest.raises(ValueError, match="sliding_window=0"):
+        keras_attn.MultiHeadPositional(2, 3, sliding_window=0)
+
+
+def test_sliding_window_cache_equals_the_full_pass():
+    x = RNG.normal(size=(2, 7, 4)).astype("float32")
+    layer = keras_attn.MultiHeadPositional(2, 3, sliding_window=2)
+    full = to_numpy(layer(x, use_causal_mask=True))
+    cache = layer.empty_cache(2, 7)
+    for t in range(7):
+        out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t)
+        np.testing.assert_allclose(to_numpy(out)[:, 0], full[:, t], atol=1e-5)

@@ -75,7 +75,7 @@ def test_imdb_model_predicts_clear_reviews(path):
         np.testing.assert_allclose(got, probs, atol=1e-5)
     for name, tol in (
         ("model_float32.tflite", 1e-4),
-        ("model_int8.tflite", 5e-2),
+        ("model_dynamic_int8.tflite", 5e-2),
     ):
         if os.path.isfile(os.path.join(folder, name)):
             from keras_attn.litert_runtime import LiteRTClassifier

@@ -1,0 +1,183 @@
+"""
+Title: A full-integer attention classifier for edge hardware
+Author: keras_attn contributors
+Description: An attention-only IMDB model (a `MultiHeadPositional` block
+pooled by `StructuredSelfAttention`) whose LiteRT file is full-integer:
+int8 weights and int8 activations, for NPUs, the Edge TPU and
+microcontrollers.
+
+Run it: `python examples/imdb_edge.py --out saved_models` (about half an
+hour on two CPU cores; `--limit 2000 --epochs 1` for a quick look).
+Results: docs/results.md.
+"""
+
+"""
+## Why not the BiLSTM
+
+The shipped `imdb_ssa` model reads reviews with a BiLSTM. Its recurrent
+loop becomes a LiteRT `WHILE`, which the full-integer calibrator cannot
+run; unrolled, the file grows with the review length. Attention has no
+loop: every step is a matrix product, a softmax or an elementwise op, all
+of which have int8 kernels. The data, vectorizer and training loop are
+those of `imdb_classification.py`.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import imdb_classification as base
+import keras
+import numpy as np
+
+import keras_attn
+from keras_attn import export
+from keras_attn.litert_runtime import LiteRTClassifier
+
+HPARAMS = {
+    **base.HPARAMS,
+    "max_tokens": 20_000,
+    "length": 500,
+    "embed_dim": 64,
+    "heads": 4,
+    "num_hops": 4,
+    "dropout": 0.3,
+    "word_dropout": 0.2,
+    "learning_rate": 1e-3,
+    "epochs": 8,
+    "calibration": 500,  # training reviews that calibrate the int8 ranges
+}
+
+"""
+## The model
+
+Embeddings scaled by `√d` plus sinusoidal positions; one
+`MultiHeadPositional` self-attention block with a residual connection
+(`Add` layers keep the padding mask) and a layer normalization; then
+`StructuredSelfAttention` pools the sequence into a few hops whose weights
+explain the verdict.
+"""
+
+
+def build_model(vocab_size, hp):
+    d = hp["embed_dim"]
+    tokens = keras.Input((hp["length"],), dtype="int64", name="tokens")
+    x = keras.layers.Embedding(vocab_size, d, mask_zero=True)(tokens)
+    x = keras.layers.Dropout(hp["word_dropout"], noise_shape=(None, None, 1))(x)
+    positions = keras_attn.SinusoidalPositionEncoding()(x)
+    x = keras.layers.Add()([keras.layers.Rescaling(d**0.5)(x), positions])
+    x = keras.layers.Dropout(hp["dropout"] / 2)(x)
+    h = keras_attn.MultiHeadPositional(
+        hp["heads"], d // hp["heads"], position=None, dropout=0.1
+    )(x)
+    x = keras.layers.LayerNormalization()(keras.layers.Add()([x, h]))
+    m, a = keras_attn.StructuredSelfAttention(
+        hp["attention_units"], hp["num_hops"], hp["penalty"]
+    )(x, return_attention_scores=True)
+    x = keras.layers.Dropout(hp["dropout"])(keras.layers.Flatten()(m))
+    x = keras.layers.Dense(64, activation="relu")(x)
+    prob = keras.layers.Dense(1, activation="sigmoid", name="probability")(x)
+    return keras.Model(tokens, {"probability": prob, "attention": a})
+
+
+"""
+## Full-integer export
+
+`export.export_text_model(quantize="int8")` calibrates the activation
+ranges on a few hundred training reviews and keeps only int8 builtin ops
+(`TFLITE_BUILTINS_INT8`: the conversion fails rather than fall back to
+float). Both files carry their vocabulary, so `keras-attn predict` and
+`LiteRTClassifier` run them with no TensorFlow.
+"""
+
+
+def litert_accuracy(path, texts, labels):
+    clf = LiteRTClassifier(path)
+    probs = np.concatenate(
+        [clf.predict(list(texts[i : i + 500]))["probability"][:, 0]
+         for i in range(0, len(texts), 500)]
+    )  # fmt: skip
+    return float(np.mean((probs > 0.5) == (labels > 0.5))), probs
+
+
+def latency(paths, texts, rounds=3):
+    """Median seconds per review at batch 1, the models interleaved."""
+    clfs = {name: LiteRTClassifier(path) for name, path in paths.items()}
+    ids = {name: clf.tokenizer(texts) for name, clf in clfs.items()}
+    times = {name: [] for name in clfs}
+    for _ in range(rounds):
+        for i in range(len(texts)):
+            for name, clf in clfs.items():
+                start = time.perf_counter()
+                clf.predict_ids(ids[name][i : i + 1])
+                times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
+    hp = {**HPARAMS, **overrides}
+    keras.utils.set_random_seed(hp["seed"])
+    data = base.load_imdb(limit, hp["val_fraction"], hp["seed"])
+    start = time.time()
+    texts = data["train"][0]
+    vectorizer = base.make_vectorizer(texts, hp["max_tokens"], hp["length"])
+    model = build_model(vectorizer.vocabulary_size(), hp)
+    train_ds = base.token_dataset(
+        vectorizer, *data["train"], hp["batch_size"], hp["seed"]
+    )
+    val_ds = base.token_dataset(vectorizer, *data["val"], 256)
+    _, history = base.train(model, train_ds, val_ds, hp, verbose)
+    wall = time.time() - start
+    text_model = base.text_model_of(vectorizer, model)
+    folder = os.path.join(out or "/tmp", "imdb_edge")
+    os.makedirs(folder, exist_ok=True)
+    paths = {
+        q: os.path.join(folder, f"model_{name}.tflite")
+        for q, name in (("none", "float32"), ("int8", "full_int8"))
+    }
+    calibration = [t.decode() for t in texts[: hp["calibration"]]]
+    for quantize, path in paths.items():
+        export.export_text_model(
+            text_model, tflite=path, quantize=quantize,
+            calibration_texts=calibration, overwrite=True,
+        )  # fmt: skip
+    split = "test" if evaluate_test else "val"
+    eval_texts = [t.decode() for t in data[split][0]]
+    metrics = {
+        "model": "edge: MultiHeadPositional + StructuredSelfAttention",
+        "hyperparameters": hp,
+        "params": model.count_params(),
+        "train_wall_time_s": round(wall, 1),
+        "history": {
+            k: [round(float(v), 5) for v in vs] for k, vs in history.items()
+        },  # fmt: skip
+        "val_accuracy_keras": base.accuracy(text_model, *data["val"]),
+        f"{split}_accuracy_keras": base.accuracy(text_model, *data[split]),
+        "sizes_bytes": {q: os.path.getsize(p) for q, p in paths.items()},
+        "ops_full_int8": export.tflite_op_names(paths["int8"]),
+    }
+    for quantize, path in paths.items():
+        acc, _ = litert_accuracy(path, eval_texts, data[split][1])
+        metrics[f"{split}_accuracy_litert_{quantize}"] = acc
+    here = os.path.dirname(os.path.abspath(__file__))
+    shipped = os.path.join(here, "..", "saved_models", "imdb_ssa")
+    shipped = os.path.join(shipped, "model_dynamic_int8.tflite")
+    if os.path.isfile(shipped):
+        timed = {"edge_full_int8": paths["int8"], "bilstm_int8": shipped}
+        metrics["latency_s_per_review"] = latency(timed, eval_texts[:200])
+    print(json.dumps(metrics, indent=2))
+    model.save(os.path.join(folder, "model.keras"))
+    with open(os.path.join(folder, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2)
+    return metrics
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    parser.add_argument("--out", help="write OUT/imdb_edge/")
+    parser.add_argument("--limit", type=int, help="use only this many reviews")
+    parser.add_argument("--epochs", type=int, default=HPARAMS["epochs"])
+    parser.add_argument("--no-test", action="store_true", help="no test set")
+    args = parser.parse_args()
+    main(args.out, args.limit, not args.no_test, epochs=args.epochs)
