@@ -13,6 +13,8 @@ MODULES = [
     "keras_attn.multi_head_positional",
     "keras_attn.sinusoidal_position_encoding",
     "keras_attn.learned_position_embedding",
+    "keras_attn.seq2seq.attention_decoder",
+    "keras_attn.seq2seq.search",
 ]
 
 

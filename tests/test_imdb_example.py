@@ -130,3 +130,38 @@ def test_cli_errors_cleanly_on_bad_model(tmp_path, capsys):
         assert keras_attn_cli.main(["explain", target, "hi"]) == 2
         err = capsys.readouterr().err
         assert "keras-attn: error:" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+@needs_data
+def test_edge_model_tiny_slice_converts_to_full_integer(tmp_path):
+    import imdb_edge
+
+    metrics = imdb_edge.main(
+        str(tmp_path),
+        limit=300,
+        evaluate_test=False,
+        verbose=0,
+        epochs=1,
+        length=48,
+        embed_dim=16,
+        attention_units=8,
+        num_hops=2,
+        calibration=50,
+    )
+    folder = tmp_path / "imdb_edge"
+    assert {"model_float32.tflite", "model_full_int8.tflite"} <= set(
+        os.listdir(folder)
+    )
+    # Full integer: the converter kept int8 builtins only (it fails rather
+    # than fall back to float ops), and the file is far smaller.
+    ops_used = metrics["ops_full_int8"]
+    assert not [o for o in ops_used if "FLEX" in o or "CUSTOM" in o]
+    sizes = metrics["sizes_bytes"]
+    assert sizes["int8"] < 0.5 * sizes["none"]
+    for key in ("val_accuracy_litert_none", "val_accuracy_litert_int8"):
+        assert 0.0 <= metrics[key] <= 1.0
+    assert (
+        abs(metrics["val_accuracy_litert_none"] - metrics["val_accuracy_keras"])
+        <= 0.01
+    )

@@ -213,14 +213,10 @@ def test_output_shape_like_keras(output_shape):
 def test_sliding_window_equals_keras_mha(causal):
     x = RNG.normal(size=(2, 7, 4)).astype("float32")
     theirs = keras.layers.MultiHeadAttention(2, 3, sliding_window=3)
-    ours = keras_attn.MultiHeadPositional(
-        2, 3, position=None, sliding_window=3
-    )
+    ours = keras_attn.MultiHeadPositional(2, 3, position=None, sliding_window=3)
     theirs(x, x), ours(x, x)
     ours.set_weights(theirs.get_weights())
-    got, w = ours(
-        x, x, use_causal_mask=causal, return_attention_scores=True
-    )
+    got, w = ours(x, x, use_causal_mask=causal, return_attention_scores=True)
     want = theirs(x, x, use_causal_mask=causal)
     np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
     i, j = np.indices((7, 7))

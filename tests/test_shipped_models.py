@@ -196,3 +196,15 @@ def test_translate_command_prints_translation_and_alignment():
     # the alignment grid: one row per French token, digits 0-9
     rows = [r for r in proc.stdout.splitlines() if r[:1].isalpha()]
     assert any(r.split()[-1].isdigit() for r in rows), proc.stdout
+
+
+@pytest.mark.skipif(
+    not os.path.isdir(os.path.join(TRANSLATOR, "saved_model")),
+    reason="no translator shipped",
+)
+def test_translate_command_refuses_too_long_input_clearly():
+    long = " ".join(["very"] * 30) + " long."
+    proc = _cli("translate", "Thank you.", long)
+    assert proc.returncode == 2, proc.stdout
+    assert "keras-attn: error: Expected at most 16 words" in proc.stderr
+    assert "Traceback" not in proc.stderr

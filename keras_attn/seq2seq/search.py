@@ -165,7 +165,8 @@ def greedy_search(step_fn, state, start_id, end_id, max_length, banned_ids=()):
     Example:
 
     >>> import numpy as np
-    >>> table = np.log(np.array([[.1, .1, .1, .7], [.1, .1, .7, .1],
+    >>> # Row = previous token: start (1) → 3 → end (2).
+    >>> table = np.log(np.array([[.1, .1, .7, .1], [.1, .1, .1, .7],
     ...                          [.1, .1, .7, .1], [.1, .1, .7, .1]]))
     >>> def step_fn(tokens, state, index):
     ...     return ops.take(table, tokens, axis=0), state, None
