@@ -31,7 +31,9 @@ RNG = np.random.default_rng(0)
 IDS = RNG.integers(1, V, size=(8, T)).astype("int32")
 IDS[::2, 8:] = 0  # half the rows padded
 # Largest |keras - export| allowed, relative to the output's largest |y|.
-TOLERANCE = {"none": 1e-4, "float16": 2e-2, "dynamic": 0.1, "int8": 0.25}
+# Full integer: measured 4% to 39% on these untrained models (see
+# docs/export.md); the bound catches a broken conversion, not int8 error.
+TOLERANCE = {"none": 1e-4, "float16": 2e-2, "dynamic": 0.1, "int8": 0.5}
 
 
 def model_with(layer_call, name):
