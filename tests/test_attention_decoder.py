@@ -196,6 +196,9 @@ def test_keras_masks_are_read_from_embeddings(tmp_path):
     y = keras.layers.Embedding(10, 4, mask_zero=True)(tokens)
     memory = keras.layers.Embedding(10, 6, mask_zero=True)(source)
     out, align, _ = make("lstm", "general", "luong", True, 7)(y, memory)
+    # The target mask flows on to the outputs and the alignments.
+    assert getattr(out, "_keras_mask", None) is not None
+    assert getattr(align, "_keras_mask", None) is not None
     model = keras.Model([tokens, source], [out, align])
     t = np.array([[3, 4, 0, 0], [5, 6, 7, 8]])
     s = np.array([[1, 2, 0], [3, 4, 5]])

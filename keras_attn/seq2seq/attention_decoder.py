@@ -4,7 +4,7 @@ import keras
 from keras import layers, ops
 
 from keras_attn.attention import Attention
-from keras_attn.validation import positive_int
+from keras_attn.validation import clone_initializer, positive_int
 
 ORDERS = ("luong", "bahdanau")
 
@@ -148,11 +148,7 @@ class AttentionDecoder(layers.Layer):
             self.attentional_layer = layers.Dense(
                 attentional_units,
                 activation="tanh",
-                kernel_initializer=keras.initializers.get(
-                    kernel_initializer
-                ).__class__.from_config(
-                    keras.initializers.get(kernel_initializer).get_config()
-                ),
+                kernel_initializer=clone_initializer(self.kernel_initializer),
                 dtype=self.dtype_policy,
                 name="attentional",
             )
@@ -341,9 +337,11 @@ class AttentionDecoder(layers.Layer):
             alignments = ops.transpose(ys[1], (1, 0, 2))  # (B, T, S)
         return outputs, alignments, list(states)
 
-    def compute_mask(self, inputs, memory=None, inputs_mask=None, **kwargs):
+    def compute_mask(self, inputs, previous_mask=None):
+        # Keras passes the mask of `inputs` (the target side): it masks the
+        # outputs and the alignments; the states have none.
         n = self._cell_states + int(self.input_feeding)
-        return [inputs_mask, inputs_mask] + [None] * n
+        return [previous_mask, previous_mask] + [None] * n
 
     def compute_output_spec(self, inputs, memory, initial_state=None, **kw):
         batch, steps = inputs.shape[0], inputs.shape[1]
