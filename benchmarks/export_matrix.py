@@ -68,8 +68,9 @@ def main():
         row.append(sizes["int8"] / sizes["none"])
         errors.append(row)
         print(name, " ".join(f"{v:.2e}" for v in row[1:]), flush=True)
-    print("\n| model | Keras LiteRT | Keras ONNX | float32 | float16 | "
-          "dynamic int8 | full int8 | int8 size / float32 |")  # fmt: skip
+    columns = ["Keras LiteRT", "Keras ONNX", "float32", "float16"]
+    columns += ["dynamic int8", "full int8", "int8 size / float32"]
+    print(f"\n| model | {' | '.join(columns)} |")
     print("|---|---|---|---|---|---|---|---|")
     for name, *values in errors:
         cells = " | ".join(f"{v:.1e}" for v in values[:-1])

@@ -25,6 +25,7 @@ those of `imdb_classification.py`.
 import argparse
 import json
 import os
+import tempfile
 import time
 
 import imdb_classification as base
@@ -94,10 +95,10 @@ float). Both files carry their vocabulary, so `keras-attn predict` and
 
 def litert_accuracy(path, texts, labels):
     clf = LiteRTClassifier(path)
+    batches = [list(texts[i : i + 500]) for i in range(0, len(texts), 500)]
     probs = np.concatenate(
-        [clf.predict(list(texts[i : i + 500]))["probability"][:, 0]
-         for i in range(0, len(texts), 500)]
-    )  # fmt: skip
+        [clf.predict(b)["probability"][:, 0] for b in batches]
+    )
     return float(np.mean((probs > 0.5) == (labels > 0.5))), probs
 
 
@@ -115,13 +116,47 @@ def latency(paths, texts, rounds=3):
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
+def measure(text_model, data, hp, folder, split):
+    """Write both LiteRT files to `folder`; their accuracy, size, latency."""
+    paths = {
+        q: os.path.join(folder, f"model_{name}.tflite")
+        for q, name in (("none", "float32"), ("int8", "full_int8"))
+    }
+    calibration = [t.decode() for t in data["train"][0][: hp["calibration"]]]
+    for quantize, path in paths.items():
+        export.export_text_model(
+            text_model,
+            tflite=path,
+            quantize=quantize,
+            calibration_texts=calibration,
+        )
+    texts = [t.decode() for t in data[split][0]]
+    metrics = {
+        "sizes_bytes": {q: os.path.getsize(p) for q, p in paths.items()},
+        "ops_full_int8": export.tflite_op_names(paths["int8"]),
+    }
+    for quantize, path in paths.items():
+        acc, _ = litert_accuracy(path, texts, data[split][1])
+        metrics[f"{split}_accuracy_litert_{quantize}"] = acc
+    here = os.path.dirname(os.path.abspath(__file__))
+    shipped = os.path.join(here, "..", "saved_models", "imdb_ssa")
+    shipped = os.path.join(shipped, "model_dynamic_int8.tflite")
+    if os.path.isfile(shipped):
+        timed = {"edge_full_int8": paths["int8"], "bilstm_int8": shipped}
+        metrics["latency_s_per_review"] = latency(timed, texts[:200])
+    return metrics
+
+
 def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
+    """Train, export, measure; files go to `out/imdb_edge` (a temporary
+    folder, removed afterwards, without `out`)."""
     hp = {**HPARAMS, **overrides}
     keras.utils.set_random_seed(hp["seed"])
     data = base.load_imdb(limit, hp["val_fraction"], hp["seed"])
     start = time.time()
-    texts = data["train"][0]
-    vectorizer = base.make_vectorizer(texts, hp["max_tokens"], hp["length"])
+    vectorizer = base.make_vectorizer(
+        data["train"][0], hp["max_tokens"], hp["length"]
+    )
     model = build_model(vectorizer.vocabulary_size(), hp)
     train_ds = base.token_dataset(
         vectorizer, *data["train"], hp["batch_size"], hp["seed"]
@@ -130,20 +165,7 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
     _, history = base.train(model, train_ds, val_ds, hp, verbose)
     wall = time.time() - start
     text_model = base.text_model_of(vectorizer, model)
-    folder = os.path.join(out or "/tmp", "imdb_edge")
-    os.makedirs(folder, exist_ok=True)
-    paths = {
-        q: os.path.join(folder, f"model_{name}.tflite")
-        for q, name in (("none", "float32"), ("int8", "full_int8"))
-    }
-    calibration = [t.decode() for t in texts[: hp["calibration"]]]
-    for quantize, path in paths.items():
-        export.export_text_model(
-            text_model, tflite=path, quantize=quantize,
-            calibration_texts=calibration, overwrite=True,
-        )  # fmt: skip
     split = "test" if evaluate_test else "val"
-    eval_texts = [t.decode() for t in data[split][0]]
     metrics = {
         "model": "edge: MultiHeadPositional + StructuredSelfAttention",
         "hyperparameters": hp,
@@ -151,25 +173,19 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
         "train_wall_time_s": round(wall, 1),
         "history": {
             k: [round(float(v), 5) for v in vs] for k, vs in history.items()
-        },  # fmt: skip
+        },
         "val_accuracy_keras": base.accuracy(text_model, *data["val"]),
         f"{split}_accuracy_keras": base.accuracy(text_model, *data[split]),
-        "sizes_bytes": {q: os.path.getsize(p) for q, p in paths.items()},
-        "ops_full_int8": export.tflite_op_names(paths["int8"]),
     }
-    for quantize, path in paths.items():
-        acc, _ = litert_accuracy(path, eval_texts, data[split][1])
-        metrics[f"{split}_accuracy_litert_{quantize}"] = acc
-    here = os.path.dirname(os.path.abspath(__file__))
-    shipped = os.path.join(here, "..", "saved_models", "imdb_ssa")
-    shipped = os.path.join(shipped, "model_dynamic_int8.tflite")
-    if os.path.isfile(shipped):
-        timed = {"edge_full_int8": paths["int8"], "bilstm_int8": shipped}
-        metrics["latency_s_per_review"] = latency(timed, eval_texts[:200])
-    print(json.dumps(metrics, indent=2))
-    model.save(os.path.join(folder, "model.keras"))
-    with open(os.path.join(folder, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = os.path.join(out or scratch, "imdb_edge")
+        os.makedirs(folder, exist_ok=True)
+        metrics.update(measure(text_model, data, hp, folder, split))
+        print(json.dumps(metrics, indent=2))
+        if out:
+            model.save(os.path.join(folder, "model.keras"))
+            with open(os.path.join(folder, "metrics.json"), "w") as f:
+                json.dump(metrics, f, indent=2)
     return metrics
 
 

@@ -368,7 +368,7 @@ def export(folder, translator, sentences):
     from keras_attn.export import tflite_op_names
     from keras_attn.litert_runtime import LiteRTTranslator
 
-    translator.export(os.path.join(folder, "saved_model"), overwrite=True)
+    translator.export(os.path.join(folder, "saved_model"))
     for name, vocab in (  # beside the SavedModel: `keras-attn translate`
         ("source", translator.vectorizer.get_vocabulary()),
         ("target", translator.target_vocabulary),
@@ -376,7 +376,7 @@ def export(folder, translator, sentences):
         with open(os.path.join(folder, f"{name}_vocabulary.txt"), "w") as f:
             f.write("\n".join(vocab) + "\n")
     path = os.path.join(folder, "model.tflite")
-    translator.export_tflite(path, overwrite=True)
+    translator.export_tflite(path)
     lite = LiteRTTranslator(path)
     keras_out = translate_all(translator.translate_greedy, sentences)
     start = time.perf_counter()
@@ -425,10 +425,15 @@ def main(
             trainer.save_weights(weights)
     search = ("beam_width", "length_penalty", "coverage_penalty")
     translator = seq2seq.Translator(
-        vec_en, vec_fr.get_vocabulary(), encode, step_fn, hp["target_length"],
-        trackable=trainer, standardize=split_sentence,
+        vec_en,
+        vec_fr.get_vocabulary(),
+        encode,
+        step_fn,
+        hp["target_length"],
+        trackable=trainer,
+        standardize=split_sentence,
         **{k: hp[k] for k in search},
-    )  # fmt: skip
+    )
     beam, examples = evaluate(translator.translate, val_pairs)
     greedy, _ = evaluate(translator.translate_greedy, val_pairs)
     metrics = {

@@ -116,9 +116,9 @@ def copying_model():
     return encode, step_fn
 
 
-def test_unknown_words_are_copied_from_the_attended_source(tmp_path):
+def copying_translator():
     encode, step_fn = copying_model()
-    translator = Translator(
+    return Translator(
         vectorizer(),
         TARGET,
         encode,
@@ -126,6 +126,10 @@ def test_unknown_words_are_copied_from_the_attended_source(tmp_path):
         max_length=6,
         standardize=split_sentence,
     )
+
+
+def test_unknown_words_are_copied_from_the_attended_source(tmp_path):
+    translator = copying_translator()
     # Row 1: every word is unknown, so the attended ones are copied. Row 2:
     # only "12" is unknown: both [UNK]s copy it, wherever attention is.
     # Row 3: nothing unknown, the attended known words are copied.
@@ -139,20 +143,13 @@ def test_unknown_words_are_copied_from_the_attended_source(tmp_path):
     lite = LiteRTTranslator(path)
     assert [lite.translate(t) for t in texts] == want
     # Without a standardization there is nothing to copy: [UNK] is banned.
+    encode, step_fn = copying_model()
     plain = Translator(vectorizer(), TARGET, encode, step_fn, max_length=6)
     assert TARGET.index("[UNK]") in plain.banned
 
 
 def test_over_long_input_is_flagged_and_refused(tmp_path):
-    encode, step_fn = copying_model()
-    translator = Translator(
-        vectorizer(),
-        TARGET,
-        encode,
-        step_fn,
-        max_length=6,
-        standardize=split_sentence,
-    )
+    translator = copying_translator()
     texts = ["a b c d a b", "a b c d a b c"]  # 6 and 7 words, S = 6
     out = translator.translate_greedy(tf.constant(texts))
     assert out["source_truncated"].numpy().tolist() == [False, True]
