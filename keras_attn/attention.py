@@ -3,7 +3,7 @@
 import keras
 from keras import layers, ops
 
-from keras_attn import masking, scores
+from keras_attn import _sublayers, masking, scores
 from keras_attn.validation import (
     check_attention_masks,
     check_batch,
@@ -163,6 +163,63 @@ class Attention(layers.Layer):
             constraint=self.kernel_constraint,
         )
 
+    def _projection(self, name, units, input_width):
+        """A bias-free Keras `Dense` on the last axis: quantization and
+        LoRA come from Keras."""
+        dense = layers.Dense(
+            units,
+            use_bias=False,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            kernel_regularizer=self.kernel_regularizer,
+            kernel_constraint=self.kernel_constraint,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+        dense.build((None, None, input_width))
+        return dense
+
+    # The projection weights under the names of 0.1 (read-only views).
+    kernel = property(lambda self: self._query_dense.kernel)  # general: W
+    query_kernel = property(lambda self: self._query_dense.kernel)
+    key_kernel = property(lambda self: self._key_dense.kernel)
+
+    def _denses(self):
+        if not self.built:
+            return []
+        return [
+            d for d in (self._query_dense, self._key_dense) if d is not None
+        ]
+
+    def load_own_variables(self, store):
+        """Also load `.keras` files written by keras_attn 0.1, whose layer
+        held the projection kernels itself, before its other weights."""
+        denses = self._denses()
+        legacy = [v for dense in denses for v in dense.variables]
+        legacy += [
+            v
+            for v in (self.score_kernel, self.bias, self.scale)
+            if v is not None
+        ]
+        _sublayers.load_own_variables(
+            self, store, legacy, denses, super().load_own_variables
+        )
+
+    def enable_lora(self, rank, targets=None):
+        """LoRA (Hu et al. 2021) on the score's projections: `"query"`
+        (`W` of `"general"`, `U`/`W₂`) and `"key"` (`V`/`W₁`); both by
+        default. The layer's other weights freeze."""
+        denses = self._denses()
+        if not denses:
+            raise ValueError(
+                f'score="{self.score}" has no projection for LoRA; build '
+                "the layer first, with a general, low_rank or additive score"
+            )
+        targets = targets or [d.name for d in denses]
+        _sublayers.enable_lora(self.name, denses, rank, targets)
+        for variable in (self.score_kernel, self.bias, self.scale):
+            if variable is not None:
+                variable.trainable = False
+
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
         for name, shape in (
@@ -185,16 +242,17 @@ class Attention(layers.Layer):
         self._widths = {}
         if self.score != "dot" and self.score != "scaled_dot":
             self._widths = {"query": dq, "key": dk}  # fixed by the weights
-        if self.score == "general":
-            self.kernel = self._kernel("kernel", (dq, dk))
+        self._query_dense = self._key_dense = None
+        self.score_kernel = self.bias = None
+        if self.score == "general":  # sᵀ W h = (Wᵀ s)ᵀ h
+            self._query_dense = self._projection("query", dk, dq)
         elif self.score == "low_rank":
-            self.query_kernel = self._kernel("query_kernel", (dq, self.rank))
-            self.key_kernel = self._kernel("key_kernel", (dk, self.rank))
+            self._query_dense = self._projection("query", self.rank, dq)
+            self._key_dense = self._projection("key", self.rank, dk)
         elif self.score == "additive":
-            self.query_kernel = self._kernel("query_kernel", (dq, self.units))
-            self.key_kernel = self._kernel("key_kernel", (dk, self.units))
+            self._query_dense = self._projection("query", self.units, dq)
+            self._key_dense = self._projection("key", self.units, dk)
             self.score_kernel = self._kernel("score_kernel", (self.units,))
-            self.bias = None
             if self.use_bias:
                 self.bias = self.add_weight(
                     name="bias",
@@ -224,16 +282,14 @@ class Attention(layers.Layer):
         if self.score == "scaled_dot":
             return scores.scaled_dot_score(query, key)
         if self.score == "general":
-            return scores.general_score(query, key, self.kernel)
+            return scores.dot_score(self._query_dense(query), key)
         if self.score == "low_rank":
-            return scores.low_rank_score(
-                query, key, self.query_kernel, self.key_kernel
+            return scores.dot_score(
+                self._query_dense(query), self._key_dense(key)
             )
-        return scores.additive_score(
-            query,
-            key,
-            self.query_kernel,
-            self.key_kernel,
+        return scores.additive_score_of_projections(
+            self._query_dense(query),
+            self._key_dense(key),
             self.score_kernel,
             self.bias,
             chunk_size=self.chunk_size,
@@ -311,6 +367,7 @@ class Attention(layers.Layer):
     def get_config(self):
         return {
             **super().get_config(),
+            "dtype": _sublayers.dtype_config(self, self._denses()),
             "score": self.score,
             "units": self.units,
             "rank": self.rank,

@@ -5,7 +5,7 @@ import math
 import keras
 from keras import layers, ops
 
-from keras_attn import masking
+from keras_attn import _sublayers, masking
 from keras_attn.learned_position_embedding import LearnedPositionEmbedding
 from keras_attn.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
@@ -47,15 +47,6 @@ class _EinsumDense(layers.EinsumDense):
         if self.activation is not None:
             x = self.activation(x)
         return x
-
-
-def _skip_next_load(layer):
-    """Make `layer.load_own_variables` a no-op once."""
-
-    def skip(store):
-        del layer.load_own_variables  # back to the class's method
-
-    layer.load_own_variables = skip
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -336,19 +327,11 @@ class MultiHeadPositional(layers.Layer):
         """Also load `.keras` files written by keras_attn 0.1, whose layer
         held the projection weights itself (in the order of
         `get_weights()`, which is unchanged)."""
-        if store is None or not len(store.keys()):
-            return super().load_own_variables(store)
-        targets = [v for dense in self._denses() for v in dense.variables]
-        if len(store.keys()) != len(targets):
-            raise ValueError(
-                f"Layer '{self.name}' expected {len(targets)} projection "
-                f"weights from a keras_attn 0.1 file. Received: "
-                f"{len(store.keys())}"
-            )
-        for i, variable in enumerate(targets):
-            variable.assign(store[str(i)])
-        for dense in self._denses():  # their own (absent) entries: skip
-            _skip_next_load(dense)
+        denses = self._denses()
+        legacy = [v for dense in denses for v in dense.variables]
+        _sublayers.load_own_variables(
+            self, store, legacy, denses, super().load_own_variables
+        )
 
     def enable_lora(self, rank, targets=("query", "value")):
         """LoRA (Hu et al. 2021) on the projections named in `targets`
@@ -818,28 +801,12 @@ class MultiHeadPositional(layers.Layer):
             return out, scores
         return out
 
-    def _dtype_config(self):
-        """The layer's dtype, as a `DTypePolicyMap` holding the sublayers'
-        own policies once they differ (e.g. after `model.quantize("int8")`),
-        so that a reloaded layer rebuilds them quantized."""
-        policy = self.dtype_policy
-        if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
-            return keras.dtype_policies.serialize(policy)
-        own = {
-            dense.path: dense.dtype_policy
-            for dense in (self._denses() if self.built else [])
-            if dense.dtype_policy.name != policy.name
-        }
-        if not own:
-            return keras.dtype_policies.serialize(policy)
-        return keras.dtype_policies.serialize(
-            keras.dtype_policies.DTypePolicyMap(policy, own)
-        )
-
     def get_config(self):
         return {
             **super().get_config(),
-            "dtype": self._dtype_config(),
+            "dtype": _sublayers.dtype_config(
+                self, self._denses() if self.built else []
+            ),
             "num_heads": self.num_heads,
             "key_dim": self.key_dim,
             "value_dim": self.value_dim,

@@ -64,6 +64,16 @@ def additive_score(
     """
     w2s = ops.einsum("bqd,du->bqu", query, query_kernel)  # (B, Tq, U)
     w1h = ops.einsum("bkd,du->bku", key, key_kernel)  # (B, Tk, U)
+    return additive_score_of_projections(
+        w2s, w1h, score_kernel, bias, chunk_size
+    )
+
+
+def additive_score_of_projections(
+    w2s, w1h, score_kernel, bias=None, chunk_size=None
+):
+    """`additive_score` from the projections `W₂ s` `(B, Tq, U)` and
+    `W₁ h` `(B, Tk, U)`, already computed."""
     if bias is not None:
         w1h = w1h + bias
     # A computed tensor, not the variable itself: TF's recompute_grad (under

@@ -3,7 +3,7 @@
 import keras
 from keras import layers, ops
 
-from keras_attn import masking
+from keras_attn import _sublayers, masking
 from keras_attn.validation import (
     check_features,
     check_mask,
@@ -138,9 +138,39 @@ class StructuredSelfAttention(layers.Layer):
         self.seed = seed
         self.supports_masking = True
 
-    def _initializer(self):
-        init = self.kernel_initializer
-        return clone_initializer(init)
+    def _dense(self, name, units, use_bias):
+        return layers.Dense(
+            units,
+            use_bias=use_bias,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            kernel_regularizer=self.kernel_regularizer,
+            kernel_constraint=self.kernel_constraint,
+            bias_regularizer=self.bias_regularizer,
+            bias_constraint=self.bias_constraint,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    # The weights under the names of 0.1 (read-only views).
+    hidden_kernel = property(lambda self: self._hidden_dense.kernel)  # W_s1ᵀ
+    hidden_bias = property(lambda self: self._hidden_dense.bias)
+    hop_kernel = property(lambda self: self._hop_dense.kernel)  # W_s2ᵀ
+
+    def _denses(self):
+        return [self._hidden_dense, self._hop_dense] if self.built else []
+
+    def load_own_variables(self, store):
+        """Also load `.keras` files written by keras_attn 0.1, whose layer
+        held `W_s1` (and its bias) and `W_s2` itself, in that order."""
+        legacy = [v for dense in self._denses() for v in dense.variables]
+        _sublayers.load_own_variables(
+            self, store, legacy, self._denses(), super().load_own_variables
+        )
+
+    def enable_lora(self, rank, targets=("hidden", "hops")):
+        """LoRA (Hu et al. 2021) on `W_s1` (`"hidden"`) and `W_s2`
+        (`"hops"`); a projection left out of `targets` freezes."""
+        _sublayers.enable_lora(self.name, self._denses(), rank, targets)
 
     def build(self, input_shape):
         if len(input_shape) != 3:
@@ -155,29 +185,12 @@ class StructuredSelfAttention(layers.Layer):
                 "The last dimension of the inputs must be defined. "
                 f"Received: inputs.shape={tuple(input_shape)}"
             )
-        self.hidden_kernel = self.add_weight(
-            name="hidden_kernel",  # W_s1ᵀ
-            shape=(dim, self.units),
-            initializer=self._initializer(),
-            regularizer=self.kernel_regularizer,
-            constraint=self.kernel_constraint,
-        )
-        self.hidden_bias = None
-        if self.use_bias:
-            self.hidden_bias = self.add_weight(
-                name="hidden_bias",
-                shape=(self.units,),
-                initializer="zeros",
-                regularizer=self.bias_regularizer,
-                constraint=self.bias_constraint,
-            )
-        self.hop_kernel = self.add_weight(
-            name="hop_kernel",  # W_s2ᵀ
-            shape=(self.units, self.num_hops),
-            initializer=self._initializer(),
-            regularizer=self.kernel_regularizer,
-            constraint=self.kernel_constraint,
-        )
+        # W_s1 and W_s2 as Keras `Dense` sublayers (matmul on the last
+        # axis): quantization and LoRA come from Keras.
+        self._hidden_dense = self._dense("hidden", self.units, self.use_bias)
+        self._hidden_dense.build((None, None, dim))
+        self._hop_dense = self._dense("hops", self.num_hops, False)
+        self._hop_dense.build((None, None, self.units))
         self.dropout_layer = layers.Dropout(
             self.dropout,
             seed=self.seed,
@@ -193,12 +206,10 @@ class StructuredSelfAttention(layers.Layer):
         check_features(self._widths, inputs=inputs)
         check_mask("mask", mask, tuple(inputs.shape[:2]))
         hidden = ops.cast(inputs, self.compute_dtype)  # (B, T, D)
-        # matmul, not einsum: TensorFlow's einsum made the training step
-        # 3-15% slower here (benchmarks/ssa_einsum_vs_matmul.py).
-        x = ops.matmul(hidden, self.hidden_kernel)  # (B, T, U)
-        if self.hidden_bias is not None:
-            x = x + self.hidden_bias
-        logits = ops.matmul(ops.tanh(x), self.hop_kernel)  # (B, T, r)
+        # `Dense` runs matmul, not einsum: TensorFlow's einsum made the
+        # training step 3-15% slower here (benchmarks/ssa_einsum_vs_matmul.py).
+        x = self._hidden_dense(hidden)  # (B, T, U)
+        logits = self._hop_dense(ops.tanh(x))  # (B, T, r)
         logits = ops.transpose(logits, (0, 2, 1))  # (B, r, T)
         hop_mask = None
         if mask is not None:
@@ -236,6 +247,7 @@ class StructuredSelfAttention(layers.Layer):
     def get_config(self):
         return {
             **super().get_config(),
+            "dtype": _sublayers.dtype_config(self, self._denses()),
             "units": self.units,
             "num_hops": self.num_hops,
             "penalty_coefficient": self.penalty_coefficient,

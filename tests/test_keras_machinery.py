@@ -102,3 +102,114 @@ def test_int8_quantization_round_trips_and_stays_close(tmp_path, feed_forward):
         ]
         (out,) = serve(tf.constant(X)).values()
         np.testing.assert_allclose(out.numpy(), got, atol=1e-5)
+
+
+# `StructuredSelfAttention` and `Attention` (general, low-rank, additive)
+# hold their projections as Keras `Dense` sublayers too.
+
+
+def attention_model():
+    keras.utils.set_random_seed(4)
+    x = keras.Input((6, 8))
+    ssa = keras_attn.StructuredSelfAttention(5, 3, use_bias=True, name="ssa")
+    h = ssa(x)  # (B, 3, 8)
+    outs, layers = [keras.layers.Flatten()(h)], [ssa]
+    for score in ("general", "low_rank", "additive"):
+        layer = keras_attn.Attention(score=score, units=4, rank=3, name=score)
+        outs.append(keras.layers.Flatten()(layer(h, x)))
+        layers.append(layer)
+    return keras.Model(x, keras.layers.Concatenate()(outs)), layers
+
+
+def test_attention_and_ssa_files_from_before_the_sublayers_load():
+    """Written by keras_attn at 31b3cba (raw weights, the 0.1 layout): SSA
+    with a bias, general/low-rank with a learned scale, additive with a
+    bias."""
+    data = np.load(
+        os.path.join(HERE, "data", "attention_ssa_pre_sublayers.npz")
+    )
+    loaded = keras.models.load_model(
+        os.path.join(HERE, "data", "attention_ssa_pre_sublayers.keras")
+    )
+    got = loaded.predict(data["x"], verbose=0)
+    np.testing.assert_allclose(got, data["y"], atol=1e-5)
+    scale = loaded.get_layer("general").scale
+    assert float(to_numpy(scale)) == pytest.approx(1.7)
+
+
+def test_attention_and_ssa_projections_are_keras_dense():
+    _, (ssa, general, low_rank, additive) = attention_model()
+    assert [d.name for d in ssa._denses()] == ["hidden", "hops"]
+    assert [d.name for d in general._denses()] == ["query"]
+    assert [d.name for d in additive._denses()] == ["query", "key"]
+    for layer in (ssa, general, low_rank, additive):
+        assert all(type(d) is keras.layers.Dense for d in layer._denses())
+    assert keras_attn.Attention(score="dot")._denses() == []
+
+
+def test_attention_and_ssa_int8_quantization_round_trips(tmp_path):
+    net, layers = attention_model()
+    want = net.predict(X, verbose=0)
+    net.quantize("int8")
+    for layer in layers:
+        assert all(
+            d.dtype_policy.name.startswith("int8") for d in layer._denses()
+        )
+    got = net.predict(X, verbose=0)
+    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+    assert np.abs(got - want).max() > 0  # it did quantize
+    net.save(tmp_path / "int8.keras")
+    again = keras.models.load_model(tmp_path / "int8.keras")
+    for layer in layers:  # rebuilt quantized from the dtype-policy map
+        reloaded = again.get_layer(layer.name)
+        assert all(d.quantization_mode == "int8" for d in reloaded._denses())
+    np.testing.assert_allclose(again.predict(X, verbose=0), got, atol=1e-5)
+    if keras.backend.backend() == "tensorflow":  # and it exports
+        import tensorflow as tf
+
+        from keras_attn import export
+
+        export.export_saved_model(again, str(tmp_path / "sm"))
+        serve = tf.saved_model.load(str(tmp_path / "sm"))
+        (out,) = serve.signatures["serving_default"](tf.constant(X)).values()
+        np.testing.assert_allclose(out.numpy(), got, atol=1e-5)
+
+
+def test_attention_and_ssa_lora_trains_only_adapters(tmp_path):
+    net, layers = attention_model()
+    before = net.predict(X, verbose=0)
+    for layer in layers:
+        layer.enable_lora(2)
+    np.testing.assert_allclose(net.predict(X, verbose=0), before, atol=1e-6)
+    trainable = [v.path for v in net.trainable_weights]
+    # Keras's Dense.enable_lora keeps the bias trainable.
+    assert {p.split("/")[-1] for p in trainable} == {
+        "lora_kernel_a",
+        "lora_kernel_b",
+        "bias",
+    }, trainable
+    assert sum("lora" in p for p in trainable) == 2 * 7  # A and B of each
+    frozen = [to_numpy(v) for v in net.non_trainable_weights]
+    target = RNG.normal(size=before.shape).astype("float32")
+    net.compile(keras.optimizers.SGD(0.1), "mse")
+    with training():
+        net.fit(X, target, epochs=3, verbose=0)
+    after = net.predict(X, verbose=0)
+    assert np.abs(after - before).max() > 1e-4
+    for old, var in zip(frozen, net.non_trainable_weights, strict=True):
+        np.testing.assert_array_equal(old, to_numpy(var))
+    net.save(tmp_path / "lora.keras")
+    again = keras.models.load_model(tmp_path / "lora.keras")
+    np.testing.assert_allclose(again.predict(X, verbose=0), after, atol=1e-5)
+
+
+def test_lora_targets_are_checked():
+    _, (ssa, general, _, _) = attention_model()
+    with pytest.raises(ValueError, match=r"received targets=\('key',\)"):
+        general.enable_lora(2, targets=("key",))
+    with pytest.raises(ValueError, match="'hidden', 'hops'"):
+        ssa.enable_lora(2, targets=("query",))
+    dot = keras_attn.Attention(score="dot")
+    dot(X, X)
+    with pytest.raises(ValueError, match="no projection"):
+        dot.enable_lora(2)

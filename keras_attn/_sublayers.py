@@ -1,0 +1,68 @@
+"""Keras `Dense`/`EinsumDense` sublayers inside our layers.
+
+Our layers hold their projections as Keras sublayers, so that
+quantization, LoRA and dtype-policy maps come from Keras. Two things are
+ours: reading `.keras` files written by keras_attn 0.1, where the layer
+held the projection weights itself, and recording the sublayers' own
+dtype policies (after `model.quantize`) in the layer's config.
+"""
+
+import keras
+
+
+def skip_next_load(layer):
+    """Make `layer.load_own_variables` a no-op once."""
+
+    def skip(store):
+        del layer.load_own_variables  # back to the class's method
+
+    layer.load_own_variables = skip
+
+
+def load_own_variables(layer, store, legacy, sublayers, load):
+    """`load(store)` for this version's files; for a 0.1 file, whose store
+    holds `len(legacy)` weights in the order of `legacy` (a list of this
+    layer's variables, sublayers' included), assign them in that order."""
+    sublayer_count = sum(len(s.variables) for s in sublayers)
+    keys = 0 if store is None else len(store.keys())
+    if not sublayer_count or keys != len(legacy):
+        return load(store)
+    for i, variable in enumerate(legacy):
+        variable.assign(store[str(i)])
+    for sublayer in sublayers:  # their own (absent) entries: skip
+        skip_next_load(sublayer)
+
+
+def dtype_config(layer, sublayers):
+    """The layer's dtype, as a `DTypePolicyMap` holding the sublayers' own
+    policies once they differ (e.g. after `model.quantize("int8")`), so
+    that a reloaded layer rebuilds them quantized."""
+    policy = layer.dtype_policy
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+        return keras.dtype_policies.serialize(policy)
+    own = {
+        sub.path: sub.dtype_policy
+        for sub in sublayers
+        if sub.dtype_policy.name != policy.name
+    }
+    if not own:
+        return keras.dtype_policies.serialize(policy)
+    return keras.dtype_policies.serialize(
+        keras.dtype_policies.DTypePolicyMap(policy, own)
+    )
+
+
+def enable_lora(layer_name, sublayers, rank, targets):
+    """LoRA on the sublayers named in `targets`; the others freeze."""
+    names = [s.name for s in sublayers]
+    unknown = [t for t in targets if t not in names]
+    if unknown or not targets:
+        raise ValueError(
+            f"`targets` must name projections of layer '{layer_name}' "
+            f"({names}); received targets={tuple(targets)!r}"
+        )
+    for sublayer in sublayers:
+        if sublayer.name in targets:
+            sublayer.enable_lora(rank)
+        else:
+            sublayer.trainable = False
