@@ -220,7 +220,11 @@ class Attention(layers.Layer):
             if variable is not None:
                 variable.trainable = False
 
-    def build(self, query_shape, value_shape, key_shape=None):
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        if value_shape is None:  # Keras's convention: [query, value, key]
+            query_shape, value_shape, key_shape = _split(
+                query_shape, "query_shape"
+            )
         key_shape = value_shape if key_shape is None else key_shape
         for name, shape in (
             ("query", query_shape),
@@ -298,14 +302,22 @@ class Attention(layers.Layer):
     def call(
         self,
         query,
-        value,
+        value=None,
         key=None,
         query_mask=None,
         value_mask=None,
         use_causal_mask=False,
         return_attention_scores=False,
         training=None,
+        mask=None,
     ):
+        if value is None:  # Keras's convention: [query, value, key], mask=[...]
+            query, value, key = _split(query, "inputs")
+            if isinstance(query_mask, (list, tuple)):  # filled in by Keras
+                mask, query_mask = (query_mask if mask is None else mask), None
+            if mask is not None:
+                query_mask = mask[0] if query_mask is None else query_mask
+                value_mask = mask[1] if value_mask is None else value_mask
         key = value if key is None else key
         check_key_value(value.shape, key.shape)
         check_features(self._widths, query=query, key=key)
@@ -332,9 +344,19 @@ class Attention(layers.Layer):
             return context, weights
         return context
 
+    def compute_mask(self, inputs, mask=None):
+        """The query's mask (the first of a list of masks)."""
+        if isinstance(mask, (list, tuple)):
+            return mask[0] if mask else None
+        return mask
+
     def compute_output_shape(
-        self, query_shape, value_shape, key_shape=None, **kwargs
+        self, query_shape, value_shape=None, key_shape=None, **kwargs
     ):
+        if value_shape is None:
+            query_shape, value_shape, key_shape = _split(
+                query_shape, "query_shape"
+            )
         if key_shape is not None:
             check_key_value(value_shape, key_shape)
         return (*query_shape[:-1], value_shape[-1])
@@ -342,14 +364,21 @@ class Attention(layers.Layer):
     def compute_output_spec(
         self,
         query,
-        value,
+        value=None,
         key=None,
         query_mask=None,
         value_mask=None,
         use_causal_mask=False,
         return_attention_scores=False,
         training=None,
+        mask=None,
     ):
+        if value is None:
+            query, value, key = _split(query, "inputs")
+            if isinstance(query_mask, (list, tuple)):
+                mask, query_mask = (query_mask if mask is None else mask), None
+            if mask is not None and query_mask is None:
+                query_mask = mask[0]
         if key is not None:
             check_key_value(value.shape, key.shape)
         out = keras.KerasTensor(
@@ -395,3 +424,19 @@ class Attention(layers.Layer):
                 self.bias_regularizer
             ),
         }
+
+
+def _split(inputs, name):
+    """`[query, value]` or `[query, value, key]` (Keras's `Attention`
+    convention) as `(query, value, key)`."""
+    if (
+        not isinstance(inputs, (list, tuple))
+        or len(inputs) not in (2, 3)
+        or any(x is None or isinstance(x, int) for x in inputs)  # one shape
+    ):
+        raise ValueError(
+            "Pass `value`, or a list [query, value] or [query, value, key] "
+            f"as keras.layers.Attention takes. Received: {name}={inputs!r}"
+        )
+    query, value, *rest = inputs
+    return query, value, (rest[0] if rest else None)

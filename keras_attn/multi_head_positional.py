@@ -294,6 +294,12 @@ class MultiHeadPositional(layers.Layer):
         dense.build(input_shape)
         return dense
 
+    # Keras MultiHeadAttention's names for the projection sublayers.
+    query_dense = property(lambda self: self._query_dense)
+    key_dense = property(lambda self: self._key_dense)
+    value_dense = property(lambda self: self._value_dense)
+    output_dense = property(lambda self: self._output_dense)
+
     # The projection weights under the names of 0.1 (read-only views).
     query_kernel = property(lambda self: self._query_dense.kernel)
     query_bias = property(lambda self: self._query_dense.bias)
@@ -473,6 +479,7 @@ class MultiHeadPositional(layers.Layer):
         attention_mask=None,
         training=None,
         return_attention_scores=False,
+        use_causal_mask=False,
     ):
         """Attention over projected heads: the subclassing hook of
         `keras.layers.MultiHeadAttention`, same arguments.
@@ -480,7 +487,11 @@ class MultiHeadPositional(layers.Layer):
         Args:
             query: `(B, Tq, H, K)`; key: `(B, Tv, H, K)`; value:
                 `(B, Tv, H, Dv)`, positions already added.
-            attention_mask: boolean, broadcastable to `(B, H, Tq, Tv)`.
+            attention_mask: boolean, broadcastable to `(B, H, Tq, Tv)`
+                (e.g. `(B, 1, 1, Tv)` for padding alone).
+            use_causal_mask: also mask keys after each query. The fused
+                op gets it as `is_causal` (no dense mask is built for it);
+                the explicit path combines it with `attention_mask`.
 
         Returns:
             `(context (B, Tq, H, Dv), weights (B, H, Tq, Tv) or None)`.
@@ -507,6 +518,15 @@ class MultiHeadPositional(layers.Layer):
         if self.flash_attention:
             fusable = True  # as Keras: the backend's fused op, or its error
         if return_attention_scores or dropout_active or not fusable:
+            if use_causal_mask:
+                causal = masking.causal_mask(ops.shape(q)[1], ops.shape(k)[1])[
+                    None, None
+                ]  # (1, 1, Tq, Tv)
+                head_mask = (
+                    causal
+                    if head_mask is None
+                    else ops.logical_and(ops.cast(head_mask, "bool"), causal)
+                )
             logits = ops.einsum(
                 "bqhk,bvhk->bhqv", q * ops.cast(scale, dtype), k
             )  # (B, H, Tq, Tv)
@@ -515,18 +535,15 @@ class MultiHeadPositional(layers.Layer):
             context = ops.einsum("bhqv,bvhd->bqhd", dropped, v)  # (B,Tq,H,Dv)
         else:
             fused_mask = None
-            if head_mask is not None:
-                b, tq, tv = ops.shape(q)[0], ops.shape(q)[1], ops.shape(k)[1]
-                heads = ops.shape(head_mask)[1]
-                fused_mask = ops.broadcast_to(
-                    head_mask, (b, heads, tq, tv)
-                )  # (B, 1|H, Tq, Tv)
+            if head_mask is not None:  # rank 4, as broadcastable as given
+                fused_mask = ops.cast(head_mask, "bool")
             context = ops.dot_product_attention(
                 q,
                 k,
                 v,
                 mask=fused_mask,
                 scale=scale,
+                is_causal=bool(use_causal_mask),
                 flash_attention=self.flash_attention,
             )  # (B, Tq, H, Dv)
         return context, weights
@@ -616,6 +633,25 @@ class MultiHeadPositional(layers.Layer):
         v = self._value_dense(
             self._add_positions(value, "value")
         )  # (B,Tv,H,Dv)
+        if (
+            attention_mask is None
+            and head_attention_mask is None
+            and self.sliding_window is None
+        ):
+            # Padding and causality only: no (Tq, Tv) mask is built. Keys'
+            # padding stays `(B, 1, 1, Tv)`, causality goes to the fused op
+            # as `is_causal`, padded query rows are zeroed afterwards.
+            return self._attend_lean(
+                query,
+                q,
+                k,
+                v,
+                query_mask,
+                value_mask,
+                use_causal_mask,
+                training,
+                return_attention_scores,
+            )
         mask = masking.merge_masks(
             ops.shape(query)[1],
             ops.shape(key)[1],
@@ -634,13 +670,63 @@ class MultiHeadPositional(layers.Layer):
         context, weights = self._compute_attention(
             q, k, v, head_mask, training, return_attention_scores
         )  # (B, Tq, H, Dv), (B, H, Tq, Tv) or None
-        output = self._output(query, context, head_mask, query_mask, 0)
+        output = self._output(
+            query, context, _rows_with_a_key(head_mask), query_mask, 0
+        )
         if return_attention_scores:
             return output, weights
         return output
 
-    def _output(self, query, context, head_mask, query_mask, start_index):
-        """Gate, g, the output projection; rows with no key zeroed."""
+    def _attend_lean(
+        self,
+        query,
+        q,
+        k,
+        v,
+        query_mask,
+        value_mask,
+        use_causal_mask,
+        training,
+        return_attention_scores,
+    ):
+        head_mask = None
+        if value_mask is not None:
+            head_mask = ops.cast(value_mask, "bool")[:, None, None, :]
+        causal = {"use_causal_mask": True} if use_causal_mask else {}
+        context, weights = self._compute_attention(
+            q, k, v, head_mask, training, return_attention_scores, **causal
+        )  # (B, Tq, H, Dv), (B, H, Tq, Tv) or None
+        rows = None  # (B|1, Tq|1): the query rows with a key to attend to
+        if value_mask is not None:
+            keys = ops.cast(value_mask, "bool")  # (B, Tv)
+            if use_causal_mask:  # row t sees keys 0..t
+                seen = ops.cumsum(ops.cast(keys, "int32"), axis=-1) > 0
+                last = ops.shape(k)[1] - 1
+                at = ops.minimum(ops.arange(ops.shape(q)[1]), last)
+                rows = ops.take(seen, at, axis=1)  # (B, Tq)
+            else:
+                rows = ops.any(keys, axis=-1, keepdims=True)  # (B, 1)
+        if query_mask is not None:
+            valid_query = ops.cast(query_mask, "bool")  # (B, Tq)
+            rows = (
+                valid_query
+                if rows is None
+                else ops.logical_and(rows, valid_query)
+            )
+            if weights is not None:  # padded query rows attend to nothing
+                weights = ops.where(
+                    valid_query[:, None, :, None],
+                    weights,
+                    ops.zeros_like(weights),
+                )
+        output = self._output(query, context, rows, query_mask, 0)
+        if return_attention_scores:
+            return output, weights
+        return output
+
+    def _output(self, query, context, rows, query_mask, start_index):
+        """Gate, g, the output projection; rows with no key zeroed
+        (`rows`: boolean, broadcastable to `(B, Tq)`, or `None`)."""
         if self._gate_dense is not None:
             gate = self._gate_dense(
                 self._add_positions(query, "query", start_index)
@@ -653,12 +739,8 @@ class MultiHeadPositional(layers.Layer):
             flat = ops.reshape(context, (b, t, -1))  # (B, Tq, H*Dv)
             context = ops.reshape(self._g(flat), ops.shape(context))
         output = self._output_dense(context)  # (B, Tq, O)
-        if head_mask is not None:
-            # a row is zero only when no head has a key to attend to
-            row_valid = ops.broadcast_to(
-                ops.any(masking.any_valid(head_mask), axis=1),
-                ops.shape(output)[:2],
-            )  # (B, Tq)
+        if rows is not None:
+            row_valid = ops.broadcast_to(rows, ops.shape(output)[:2])
             for _ in range(len(output.shape) - 2):  # one per output axis
                 row_valid = row_valid[..., None]
             output = ops.where(row_valid, output, ops.zeros_like(output))
@@ -754,7 +836,9 @@ class MultiHeadPositional(layers.Layer):
         context, weights = self._compute_attention(
             q, k, v, head_mask, training, return_attention_scores
         )
-        output = self._output(query, context, head_mask, query_mask, start)
+        output = self._output(
+            query, context, _rows_with_a_key(head_mask), query_mask, start
+        )
         if return_attention_scores:
             return output, cache, weights
         return output, cache
@@ -844,3 +928,10 @@ class MultiHeadPositional(layers.Layer):
             "flash_attention": self.flash_attention,
             "sliding_window": self.sliding_window,
         }
+
+
+def _rows_with_a_key(head_mask):
+    """`(B|1, Tq|1)`: query rows where some head has a key to attend to."""
+    if head_mask is None:
+        return None
+    return ops.any(masking.any_valid(head_mask), axis=1)

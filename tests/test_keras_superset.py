@@ -238,3 +238,41 @@ def test_sliding_window_cache_equals_the_full_pass():
     for t in range(7):
         out, cache = layer(x[:, t : t + 1], cache=cache, cache_update_index=t)
         np.testing.assert_allclose(to_numpy(out)[:, 0], full[:, t], atol=1e-5)
+
+
+@pytest.mark.parametrize("score", ["dot", "general", "additive"])
+def test_attention_takes_keras_list_convention(score):
+    """`layer([q, v(, k)], mask=[qm, vm])`, as keras.layers.Attention."""
+    layer = keras_attn.Attention(score=score, units=3)
+    k = RNG.normal(size=(2, 5, 4)).astype("float32")
+    qm = np.array([[1, 1, 0], [1, 1, 1]], bool)
+    vm = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    want = to_numpy(layer(Q, V, key=k, query_mask=qm, value_mask=vm))
+    got = to_numpy(layer([Q, V, k], mask=[qm, vm]))
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    plain = to_numpy(layer(Q, V))
+    np.testing.assert_allclose(to_numpy(layer([Q, V])), plain, atol=1e-6)
+    assert layer.compute_output_shape([(2, 3, 4), (2, 5, 6)]) == (2, 3, 6)
+    with pytest.raises(ValueError, match=r"\[query, value\].*inputs="):
+        layer([Q])
+
+
+def test_attention_list_convention_carries_keras_masks():
+    tokens_q = keras.Input((3,), dtype="int32")
+    tokens_v = keras.Input((5,), dtype="int32")
+    embed = keras.layers.Embedding(10, 4, mask_zero=True)
+    q, v = embed(tokens_q), embed(tokens_v)
+    out = keras_attn.Attention()([q, v])
+    assert out._keras_mask is not None  # the query's mask, as Keras's
+    model = keras.Model([tokens_q, tokens_v], out)
+    ids_q = np.array([[1, 2, 0], [3, 4, 5]])
+    ids_v = np.array([[1, 2, 3, 0, 0], [1, 2, 3, 4, 5]])
+    got = to_numpy(model([ids_q, ids_v]))
+    e_q, e_v = to_numpy(embed(ids_q)), to_numpy(embed(ids_v))
+    want = to_numpy(
+        keras_attn.Attention()(
+            e_q, e_v, query_mask=ids_q != 0, value_mask=ids_v != 0
+        )
+    )
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert np.all(got[0, 2] == 0.0)  # padded query row

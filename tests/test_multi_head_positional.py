@@ -109,6 +109,42 @@ def test_fused_op_path_equals_explicit_path():
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def test_causal_padding_reaches_the_hook_without_a_dense_mask():
+    """Causality goes to `_compute_attention` as `use_causal_mask` (the
+    fused op's `is_causal`) and key padding as `(B, 1, 1, Tv)`: no
+    `(Tq, Tv)` mask is built (the memory of long sequences on GPUs)."""
+    seen = []
+
+    class Spy(keras_attn.MultiHeadPositional):
+        _fused_backends = ("jax", "torch", "tensorflow")  # fused everywhere
+
+        def _compute_attention(self, q, k, v, mask=None, *args, **kwargs):
+            shape = None if mask is None else tuple(mask.shape)
+            seen.append((shape, kwargs.get("use_causal_mask")))
+            return super()._compute_attention(q, k, v, mask, *args, **kwargs)
+
+    x = x_data(t=6)
+    pad = np.array([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]], bool)  # left+right
+    spy = Spy(3, 4, max_length=9)
+    plain = keras_attn.MultiHeadPositional(3, 4, max_length=9)
+    spy(x)
+    plain(x)
+    spy.set_weights(plain.get_weights())
+    fused = to_numpy(spy(x, query_mask=pad, use_causal_mask=True))
+    assert seen[-1] == ((2, 1, 1, 6), True)
+    # The explicit path (scores requested) and a NumPy reference agree.
+    explicit, scores = plain(
+        x, query_mask=pad, use_causal_mask=True, return_attention_scores=True
+    )
+    causal = np.tril(np.ones((6, 6), bool))
+    mask = pad[:, :, None] & pad[:, None, :] & causal
+    want, alpha = np_reference(plain, x, x, mask)
+    np.testing.assert_allclose(to_numpy(scores), alpha, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(explicit), want, atol=1e-4)
+    np.testing.assert_allclose(fused, want, atol=1e-4)
+    assert np.all(fused[0, 0] == 0.0) and np.all(fused[0, 5] == 0.0)
+
+
 @pytest.mark.parametrize("value_dim", [3, 4])
 def test_equals_keras_multi_head_attention(value_dim):
     if value_dim != 3 and keras.backend.backend() == "jax":

@@ -1,0 +1,177 @@
+"""Causal self-attention on long sequences: ours against Keras MHA.
+
+One training step (forward + gradients) of a causal self-attention layer,
+batch 1, width 256, 4 heads, at each length, for `MultiHeadPositional(4,
+64, position=None, feed_forward=None)` and `keras.layers.MultiHeadAttention
+(4, 64)`, on whatever backend (`KERAS_BACKEND`: jax or torch) and device
+the process sees. Each (layer, length) runs in a fresh process, warms up
+once, then reports the median of `--reps` steps and the peak memory: the
+device's peak allocation on a GPU (JAX `memory_stats`, PyTorch
+`max_memory_allocated`), the growth of the process's peak resident memory
+on a CPU.
+
+    KERAS_BACKEND=jax python -m benchmarks.causal_attention \\
+        --lengths 512 1024 2048 4096 [--dtype bfloat16] [--reps 5]
+
+Prints a Markdown table with the ratios ours / Keras (≤ 1.0 is the goal).
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+WIDTH, HEADS = 256, 4
+
+
+def child(layer_name, length, dtype, reps):
+    import keras
+    import numpy as np
+
+    import keras_attn
+
+    backend = keras.backend.backend()
+    keras.config.set_dtype_policy(dtype)
+    if layer_name == "ours":
+        layer = keras_attn.MultiHeadPositional(
+            HEADS, WIDTH // HEADS, position=None, feed_forward=None
+        )
+    else:
+        layer = keras.layers.MultiHeadAttention(HEADS, WIDTH // HEADS)
+    x = keras.ops.convert_to_tensor(
+        np.random.default_rng(0).normal(size=(1, length, WIDTH)), dtype
+    )
+    if layer_name == "ours":
+        layer(x, use_causal_mask=True)
+    else:
+        layer(x, x, use_causal_mask=True)
+
+    def loss(weights, x):
+        if layer_name == "ours":
+            out = layer.stateless_call(weights, [], x, use_causal_mask=True)[0]
+        else:
+            out = layer.stateless_call(weights, [], x, x, use_causal_mask=True)[
+                0
+            ]
+        return keras.ops.mean(keras.ops.square(keras.ops.cast(out, "float32")))
+
+    weights = [v.value for v in layer.trainable_variables]
+    if backend == "jax":
+        import jax
+
+        step = jax.jit(jax.grad(loss))
+
+        def run():
+            jax.block_until_ready(step(weights, x))
+
+        device = jax.devices()[0]
+    elif backend == "torch":
+        import torch
+
+        weights = [w.detach().requires_grad_(True) for w in weights]
+
+        def run():
+            grads = torch.autograd.grad(loss(weights, x), weights)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            return grads
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        raise SystemExit(f"KERAS_BACKEND must be jax or torch; got {backend}")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    run()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    peak = None
+    if backend == "jax" and device.platform == "gpu":
+        peak = device.memory_stats()["peak_bytes_in_use"]
+    elif backend == "torch" and device.type == "cuda":
+        import torch
+
+        peak = torch.cuda.max_memory_allocated()
+    if peak is None:  # CPU: growth of the peak resident set, KiB -> bytes
+        peak = (
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        ) * 1024
+    times.sort()
+    print(
+        json.dumps(
+            {
+                "ms": 1000 * times[len(times) // 2],
+                "mib": peak / 2**20,
+                "device": str(device),
+            }
+        )
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096]
+    )
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child[0], int(args.child[1]), args.dtype, args.reps)
+    rows = []
+    for length in args.lengths:
+        result = {}
+        for name in ("ours", "keras"):
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.causal_attention",
+                    "--child",
+                    name,
+                    str(length),
+                    "--dtype",
+                    args.dtype,
+                    "--reps",
+                    str(args.reps),
+                ],
+                capture_output=True,
+                text=True,
+                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            )
+            if proc.returncode:
+                result[name] = None
+                print(proc.stderr[-2000:], file=sys.stderr)
+            else:
+                result[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows.append((length, result))
+    import keras
+
+    device = next((r[n]["device"] for _, r in rows for n in r if r[n]), "?")
+    print(
+        f"{keras.backend.backend()}, {device}, {args.dtype}, batch 1, width "
+        f"{WIDTH}, {HEADS} heads, causal, training step; "
+        f"{platform.machine()}, Keras {keras.__version__}"
+    )
+    print("| length | ours ms / MiB | Keras MHA ms / MiB | time | memory |")
+    print("|---|---|---|---|---|")
+    for length, r in rows:
+        if not (r["ours"] and r["keras"]):
+            print(f"| {length} | failed | | | |")
+            continue
+        o, k = r["ours"], r["keras"]
+        print(
+            f"| {length} | {o['ms']:.1f} / {o['mib']:.0f} | {k['ms']:.1f} / "
+            f"{k['mib']:.0f} | {o['ms'] / k['ms']:.2f} | "
+            f"{o['mib'] / max(k['mib'], 1e-9):.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
