@@ -22,10 +22,12 @@ import xml.etree.ElementTree as ET
 MODULES = ["multi_head_attention_test.py", "attention_test.py"]
 
 PLUGIN = """
+import keras
 import keras.src.layers as klayers
 import keras_attn
 
 
+@keras.saving.register_keras_serializable("recount")
 class MultiHeadAttention(keras_attn.MultiHeadPositional):
     def __init__(self, *args, position=None, feed_forward=None, **kwargs):
         super().__init__(
@@ -33,6 +35,7 @@ class MultiHeadAttention(keras_attn.MultiHeadPositional):
         )
 
 
+@keras.saving.register_keras_serializable("recount")
 class Attention(keras_attn.Attention):
     def __init__(self, *args, score_mode="dot", **kwargs):
         if score_mode != "dot":

@@ -351,8 +351,10 @@ class Attention(layers.Layer):
         return mask
 
     def compute_output_shape(
-        self, query_shape, value_shape=None, key_shape=None, **kwargs
+        self, query_shape=None, value_shape=None, key_shape=None, **kwargs
     ):
+        if query_shape is None:  # Keras's name for the list of shapes
+            query_shape = kwargs.get("input_shape")
         if value_shape is None:
             query_shape, value_shape, key_shape = _split(
                 query_shape, "query_shape"

@@ -637,6 +637,7 @@ class MultiHeadPositional(layers.Layer):
             attention_mask is None
             and head_attention_mask is None
             and self.sliding_window is None
+            and (not use_causal_mask or self._hook_takes_causal())
         ):
             # Padding and causality only: no (Tq, Tv) mask is built. Keys'
             # padding stays `(B, 1, 1, Tv)`, causality goes to the fused op
@@ -676,6 +677,17 @@ class MultiHeadPositional(layers.Layer):
         if return_attention_scores:
             return output, weights
         return output
+
+    def _hook_takes_causal(self):
+        """Whether `_compute_attention` (perhaps a subclass's, written for
+        an older Keras) accepts `use_causal_mask`; if not, causality is
+        merged into the mask it gets, as before."""
+        import inspect
+
+        params = inspect.signature(self._compute_attention).parameters
+        return "use_causal_mask" in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+        )
 
     def _attend_lean(
         self,
