@@ -69,14 +69,12 @@ def multi_worker_strategy():
         )
     try:
         config = json.loads(raw)
-        workers, task = config["cluster"]["worker"], config["task"]
-        task["index"]
+        config["cluster"]["worker"], config["task"]["index"]  # both there
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(
             f"TF_CONFIG must be JSON with cluster.worker and task.index; "
             f"received TF_CONFIG={raw!r} ({error})"
         ) from None
-    del workers
     return tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.RING

@@ -1,5 +1,6 @@
 """`MultiHeadPositional`: multi-head attention with positions and g(·)."""
 
+import inspect
 import math
 
 import keras
@@ -682,8 +683,6 @@ class MultiHeadPositional(layers.Layer):
         """Whether `_compute_attention` (perhaps a subclass's, written for
         an older Keras) accepts `use_causal_mask`; if not, causality is
         merged into the mask it gets, as before."""
-        import inspect
-
         params = inspect.signature(self._compute_attention).parameters
         return "use_causal_mask" in params or any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
