@@ -194,14 +194,17 @@ def train_jax(args, hp, train, vocab_size):
     model = build(args.model, vocab_size, hp)
 
     class RunningLoss(keras.callbacks.Callback):
-        seen = []
+        def __init__(self):
+            super().__init__()
+            self.seen = []
 
         def on_train_batch_end(self, batch, logs=None):
             self.seen.append(float(logs["loss"]))
 
     make = dataset_fn(*train, args.batch_size, hp["seed"])
+    running = RunningLoss()
     history = model.fit(
-        make(), epochs=args.epochs, verbose=2, callbacks=[RunningLoss()]
+        make(), epochs=args.epochs, verbose=2, callbacks=[running]
     ).history
     # Where each device holds part of a weight, say which part.
     shards = {
@@ -212,7 +215,7 @@ def train_jax(args, hp, train, vocab_size):
     # `fit` logs the epoch's running mean after each step.
     return {
         **history,
-        "running_loss": RunningLoss.seen,
+        "running_loss": running.seen,
         "devices": len(devices),
         "shards": shards,
     }

@@ -312,12 +312,9 @@ class Attention(layers.Layer):
         mask=None,
     ):
         if value is None:  # Keras's convention: [query, value, key], mask=[...]
-            query, value, key = _split(query, "inputs")
-            if isinstance(query_mask, (list, tuple)):  # filled in by Keras
-                mask, query_mask = (query_mask if mask is None else mask), None
-            if mask is not None:
-                query_mask = mask[0] if query_mask is None else query_mask
-                value_mask = mask[1] if value_mask is None else value_mask
+            query, value, key, query_mask, value_mask = _keras_convention(
+                query, query_mask, value_mask, mask
+            )
         key = value if key is None else key
         check_key_value(value.shape, key.shape)
         check_features(self._widths, query=query, key=key)
@@ -376,11 +373,9 @@ class Attention(layers.Layer):
         mask=None,
     ):
         if value is None:
-            query, value, key = _split(query, "inputs")
-            if isinstance(query_mask, (list, tuple)):
-                mask, query_mask = (query_mask if mask is None else mask), None
-            if mask is not None and query_mask is None:
-                query_mask = mask[0]
+            query, value, key, query_mask, _ = _keras_convention(
+                query, query_mask, value_mask, mask
+            )
         if key is not None:
             check_key_value(value.shape, key.shape)
         out = keras.KerasTensor(
@@ -442,3 +437,16 @@ def _split(inputs, name):
         )
     query, value, *rest = inputs
     return query, value, (rest[0] if rest else None)
+
+
+def _keras_convention(inputs, query_mask, value_mask, mask):
+    """`(query, value, key, query_mask, value_mask)` from Keras's
+    `layer([query, value(, key)], mask=[query_mask, value_mask])`; Keras
+    itself may hand the list of masks over as `query_mask`."""
+    query, value, key = _split(inputs, "inputs")
+    if isinstance(query_mask, (list, tuple)):
+        mask, query_mask = (query_mask if mask is None else mask), None
+    if mask is not None:
+        query_mask = mask[0] if query_mask is None else query_mask
+        value_mask = mask[1] if value_mask is None else value_mask
+    return query, value, key, query_mask, value_mask

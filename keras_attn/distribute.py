@@ -82,9 +82,7 @@ def multi_worker_strategy():
     )
 
 
-def fit(
-    model, data, epochs=1, strategy=None, global_batch_size=None, verbose=1
-):
+def fit(model, data, epochs=1, strategy=None, verbose=1):
     """Train a compiled Keras model under a `tf.distribute` strategy.
 
     Args:
@@ -93,13 +91,11 @@ def fit(
         data: a `tf.data.Dataset` of `(x, y)` or `(x, y, sample_weight)`
             batched with the global batch size, or a function
             `data(input_context) -> tf.data.Dataset` batched with
-            `input_context.get_per_replica_batch_size(global_batch_size)`
+            `input_context.get_per_replica_batch_size(global_batch)`
             (`strategy.distribute_datasets_from_function`; each worker
             then reads its own shard).
         epochs: passes over `data`.
         strategy: a `tf.distribute.Strategy`; defaults to the current one.
-        global_batch_size: the global batch size, for the function form
-            (informational; the function batches).
         verbose: 0 silent, 1 one line per epoch (on the chief only).
 
     Returns:
@@ -136,7 +132,6 @@ def fit(
             "`data` must be a tf.data.Dataset or a function of a "
             f"tf.distribute.InputContext; received {type(data).__name__}"
         )
-    del global_batch_size
     variables = model.trainable_variables
     with strategy.scope():
         model.optimizer.build(variables)
