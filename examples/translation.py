@@ -243,24 +243,10 @@ def build_models(src_vocab, tgt_vocab, hp):
 """
 ## Train
 
-Per-token cross-entropy with label smoothing, zero at padding; early
-stopping on validation loss, a halved learning rate on plateaus, and a time
-budget: no epoch starts that would end past it.
+`seq2seq.SequenceLoss`: per-token cross-entropy with label smoothing,
+zero at padding. Early stopping on validation loss, a halved learning rate
+on plateaus, and a time budget: no epoch starts that would end past it.
 """
-
-
-def smoothed_loss(vocab_size, epsilon):
-    def loss(y_true, y_pred):
-        y_true = ops.cast(y_true, "int32")
-        per_token = keras.losses.categorical_crossentropy(
-            ops.one_hot(y_true, vocab_size),
-            y_pred,
-            from_logits=True,
-            label_smoothing=epsilon,
-        )  # (B, T)
-        return per_token * ops.cast(ops.not_equal(y_true, 0), "float32")
-
-    return loss
 
 
 class TimeLimit(keras.callbacks.Callback):
@@ -279,7 +265,7 @@ class TimeLimit(keras.callbacks.Callback):
 def train(trainer, vec_en, vec_fr, train_pairs, val_pairs, hp, verbose):
     trainer.compile(
         optimizer=keras.optimizers.Adam(hp["learning_rate"], clipnorm=1.0),
-        loss=smoothed_loss(vec_fr.vocabulary_size(), hp["label_smoothing"]),
+        loss=seq2seq.SequenceLoss(label_smoothing=hp["label_smoothing"]),
         weighted_metrics=["accuracy"],
     )
     start = time.time()
@@ -313,8 +299,10 @@ of each validation sentence, with lowercased BLEU and exact matches.
 
 
 def translate_all(translate_fn, sentences):
-    batches = [sentences[i : i + 256] for i in range(0, len(sentences), 256)]
-    out = [translate_fn(tf.constant(b))["translation"] for b in batches]
+    out = [
+        translate_fn(tf.constant(sentences[i : i + 256]))["translation"]
+        for i in range(0, len(sentences), 256)
+    ]
     return [t.decode() for o in out for t in o.numpy()]
 
 
@@ -333,10 +321,11 @@ def evaluate(translate_fn, pairs):
     same = [
         h in words(refs[s]) for s, h in zip(sentences, words(hyps), strict=True)
     ]
-    bleu = sacrebleu.corpus_bleu
     return {
-        "bleu_cased": bleu(hyps, streams).score,
-        "bleu_lowercase": bleu(hyps, streams, lowercase=True).score,
+        "bleu_cased": sacrebleu.corpus_bleu(hyps, streams).score,
+        "bleu_lowercase": sacrebleu.corpus_bleu(
+            hyps, streams, lowercase=True
+        ).score,
         "exact_match": float(np.mean(same)),
         "sentences": len(sentences),
     }, list(zip(sentences, hyps, strict=True))
@@ -345,9 +334,10 @@ def evaluate(translate_fn, pairs):
 """
 ## Export
 
-The SavedModel holds both searches. The LiteRT file holds greedy decoding
-as one `translate` signature (the loop is a builtin `WHILE`): one call per
-sentence. We check it agrees with the SavedModel.
+`Translator.save` writes the folder `keras-attn translate` reads: the
+SavedModel with both searches, the vocabularies, and a LiteRT file holding
+greedy decoding as one `translate` signature (the loop is a builtin
+`WHILE`): one call per sentence. We check it agrees with the SavedModel.
 """
 
 
@@ -355,29 +345,19 @@ def export(folder, translator, sentences):
     from keras_attn.export import tflite_op_names
     from keras_attn.litert_runtime import LiteRTTranslator
 
-    translator.export(os.path.join(folder, "saved_model"))
-    for name, vocab in (  # beside the SavedModel: `keras-attn translate`
-        ("source", translator.vectorizer.get_vocabulary()),
-        ("target", translator.target_vocabulary),
-    ):
-        with open(os.path.join(folder, f"{name}_vocabulary.txt"), "w") as f:
-            f.write("\n".join(vocab) + "\n")
-    path = os.path.join(folder, "model.tflite")
-    translator.export_tflite(path)
-    lite = LiteRTTranslator(path)
+    path = os.path.join(translator.save(folder), "model.tflite")
     keras_out = translate_all(translator.translate_greedy, sentences)
-    start = time.perf_counter()
+    lite, start = LiteRTTranslator(path), time.perf_counter()
     same = [
         lite.translate(s) == k
         for s, k in zip(sentences, keras_out, strict=True)
     ]
+    seconds = time.perf_counter() - start
     return {
         "size_bytes": os.path.getsize(path),
         "ops": tflite_op_names(path),
         "greedy_agreement_with_keras": float(np.mean(same)),
-        "latency_ms_per_sentence": round(
-            1000 * (time.perf_counter() - start) / len(sentences), 2
-        ),
+        "latency_ms_per_sentence": round(1000 * seconds / len(sentences), 2),
         "sentences": len(sentences),
     }
 
@@ -425,7 +405,6 @@ def main(
         **{k: hp[k] for k in search},
     )
     beam, examples = evaluate(translator.translate, val_pairs)
-    greedy, _ = evaluate(translator.translate_greedy, val_pairs)
     metrics = {
         "model": name,
         "data": os.path.basename(pairs),
@@ -437,18 +416,14 @@ def main(
         },
         "train_wall_time_s": wall and round(wall, 1),
         "val_beam": beam,
-        "val_greedy": greedy,
+        "val_greedy": evaluate(translator.translate_greedy, val_pairs)[0],
         "examples": examples[:10],
         "bleu": "sacrebleu corpus_bleu, 13a, all references; cased headline",
         "versions": [tf.__version__, keras.__version__, sys.version[:6]],
     }
-    print(
-        f"{name}: val BLEU cased {beam['bleu_cased']:.2f}, lowercase "
-        f"{beam['bleu_lowercase']:.2f}, greedy {greedy['bleu_cased']:.2f}"
-    )
+    print(f"{name}: val BLEU {beam['bleu_cased']:.2f} (cased, beam search)")
     if out:
         folder = os.path.join(out, name)
-        os.makedirs(folder, exist_ok=True)
         metrics["litert"] = export(folder, translator, [s for s, _ in examples])
         with open(os.path.join(folder, "metrics.json"), "w") as f:
             json.dump(metrics, f, indent=2, ensure_ascii=False)

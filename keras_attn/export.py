@@ -638,9 +638,11 @@ def split_text_model(text_model):
 
 
 def write_vocabulary(vectorizer, path, overwrite=False):
-    """Write the vectorizer's tokens, one per line. An existing file is
-    replaced only when it holds the same tokens, or with `overwrite`."""
-    text = "".join(t + "\n" for t in vectorizer.get_vocabulary())
+    """Write the tokens of `vectorizer` (a `TextVectorization` layer or a
+    list of tokens), one per line. An existing file is replaced only when
+    it holds the same tokens, or with `overwrite`."""
+    tokens = getattr(vectorizer, "get_vocabulary", lambda: vectorizer)()
+    text = "".join(t + "\n" for t in tokens)
     target = os.path.abspath(path)
     if os.path.lexists(target) and not overwrite:
         same = os.path.isfile(target)

@@ -31,6 +31,7 @@ LAYER_SUITE = [
     "tests/test_search.py",
     "tests/test_attention_decoder.py",
     "tests/test_mhp_cache.py",
+    "tests/test_sequence_loss.py",
     "tests/test_docs_seq2seq.py",
     "tests/test_distribute.py",
 ]

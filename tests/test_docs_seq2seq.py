@@ -24,4 +24,5 @@ def test_migration_guide_snippets_run():
         exec(compile("\n".join(ours), DOC, "exec"), {})  # noqa: S102
     out = printed.getvalue()
     assert "(2, 4, 32) (2, 4, 5)" in out
+    assert "\n1.4979\n" in out  # log(20) · 3/6
     assert "(2, 10)\n(2, 10, 5)" in out

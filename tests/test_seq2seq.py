@@ -175,3 +175,42 @@ def test_litert_translator_refuses_other_models(tmp_path):
     model.export(path, format="litert", verbose=False)
     with pytest.raises(ValueError, match="'translate'"):
         LiteRTTranslator(path)
+
+
+def test_save_writes_the_folder_the_cli_finds_and_keeps_it(tmp_path):
+    from keras_attn.cli import find_translator
+
+    model, encode, step_fn = tiny_model()
+    translator = Translator(
+        vectorizer(), TARGET, encode, step_fn, max_length=5, trackable=model
+    )
+    folder = tmp_path / "anything"
+    assert translator.save(str(folder)) == str(folder)
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == [
+        "model.tflite",
+        "saved_model",
+        "source_vocabulary.txt",
+        "target_vocabulary.txt",
+    ]
+    assert (folder / "target_vocabulary.txt").read_text().split("\n")[2:4] == [
+        "[start]",
+        "[end]",
+    ]
+    src = (folder / "source_vocabulary.txt").read_text().splitlines()
+    assert src == vectorizer().get_vocabulary()
+    found = find_translator(type("Args", (), {"models": str(tmp_path)})())
+    assert found == str(folder / "saved_model")
+    translator.save(str(folder))  # an earlier export is replaced
+    (folder / "source_vocabulary.txt").write_text("mine\n")
+    before = (folder / "model.tflite").read_bytes()
+    with pytest.raises(ValueError, match="overwrite=True"):
+        translator.save(str(folder))
+    assert (folder / "source_vocabulary.txt").read_text() == "mine\n"
+    assert (folder / "model.tflite").read_bytes() == before
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model.tflite").write_text("a user's notes")
+    with pytest.raises(ValueError, match="model.tflite"):
+        translator.save(str(other))
+    assert sorted(p.name for p in other.iterdir()) == ["model.tflite"]

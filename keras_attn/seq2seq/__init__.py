@@ -1,15 +1,22 @@
 """Sequence-to-sequence on Keras 3: an attention decoder and searches.
 
-Backend-agnostic (`keras.ops`): `AttentionDecoder`, `greedy_search`,
-`sample_search`, `beam_search`. TensorFlow-only serving (`Translator`,
+Backend-agnostic (`keras.ops`): `AttentionDecoder`, `SequenceLoss`,
+`greedy_search`, `sample_search`, `beam_search`. TensorFlow-only serving (`Translator`,
 with SavedModel and LiteRT export) lives in `keras_attn.seq2seq.serving`
 and is imported from here on first use.
 """
 
 from keras_attn.seq2seq.attention_decoder import AttentionDecoder
+from keras_attn.seq2seq.losses import SequenceLoss
 from keras_attn.seq2seq.search import beam_search, greedy_search, sample_search
 
-__all__ = ["AttentionDecoder", "beam_search", "greedy_search", "sample_search"]
+__all__ = [
+    "AttentionDecoder",
+    "SequenceLoss",
+    "beam_search",
+    "greedy_search",
+    "sample_search",
+]
 
 
 def __getattr__(name):

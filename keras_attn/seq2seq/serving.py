@@ -11,6 +11,7 @@ take:
 """
 
 import json
+import os
 
 import tensorflow as tf
 
@@ -205,6 +206,30 @@ class Translator(tf.Module):
             "translate_greedy": self.translate_greedy,
         }
         return export_module(self, path, signatures, overwrite)
+
+    def save(self, folder, overwrite=False):
+        """Write the folder `keras-attn translate` and `align` read (the
+        translator contract, docs/export.md): `saved_model/` (`export`),
+        `model.tflite` (`export_tflite`), `source_vocabulary.txt` and
+        `target_vocabulary.txt`. The folder is created if needed. An
+        earlier export of the same kind is replaced; anything else there
+        (a vocabulary with other tokens, a file that is not a LiteRT
+        model) only with `overwrite`, and then nothing is written.
+        Returns `folder`."""
+        from keras_attn.export import check_destination, write_vocabulary
+
+        os.makedirs(folder, exist_ok=True)
+        lite = os.path.join(folder, "model.tflite")
+        check_destination(lite, "tflite", overwrite)  # before writing
+        for name, tokens in (  # each checked before anything is written
+            ("source", self.vectorizer),
+            ("target", self.target_vocabulary),
+        ):
+            path = os.path.join(folder, f"{name}_vocabulary.txt")
+            write_vocabulary(tokens, path, overwrite)
+        self.export(os.path.join(folder, "saved_model"), overwrite)
+        self.export_tflite(lite, overwrite)
+        return folder
 
     def export_tflite(self, path, overwrite=False):
         """LiteRT model whose `translate(source (1, S) int32)` signature
