@@ -19,7 +19,6 @@ Prints a Markdown table with the ratios ours / Keras (≤ 1.0 is the goal).
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -121,6 +120,9 @@ def main():
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--out", help="JSON file; default results/causal_attention_BACKEND"
+    )
     args = parser.parse_args()
     if args.child:
         return child(args.child[0], int(args.child[1]), args.dtype, args.reps)
@@ -154,23 +156,39 @@ def main():
     import keras
 
     device = next((r[n]["device"] for _, r in rows for n in r if r[n]), "?")
-    print(
-        f"{keras.backend.backend()}, {device}, {args.dtype}, batch 1, width "
-        f"{WIDTH}, {HEADS} heads, causal, training step; "
-        f"{platform.machine()}, Keras {keras.__version__}"
-    )
-    print("| length | ours ms / MiB | Keras MHA ms / MiB | time | memory |")
-    print("|---|---|---|---|---|")
+    backend = keras.backend.backend()
+    table = []
     for length, r in rows:
-        if not (r["ours"] and r["keras"]):
-            print(f"| {length} | failed | | | |")
-            continue
-        o, k = r["ours"], r["keras"]
-        print(
-            f"| {length} | {o['ms']:.1f} / {o['mib']:.0f} | {k['ms']:.1f} / "
-            f"{k['mib']:.0f} | {o['ms'] / k['ms']:.2f} | "
-            f"{o['mib'] / max(k['mib'], 1e-9):.2f} |"
-        )
+        row = {"backend": backend, "length": length}
+        if r["ours"] and r["keras"]:
+            o, k = r["ours"], r["keras"]
+            row.update(
+                ours_ms=o["ms"],
+                ours_mib=o["mib"],
+                keras_ms=k["ms"],
+                keras_mib=k["mib"],
+                time_ratio=o["ms"] / k["ms"],
+                memory_ratio=o["mib"] / max(k["mib"], 1e-9),
+            )
+        table.append(row)
+        print(json.dumps(row))
+    from benchmarks import results
+
+    argv = sys.argv[1:]
+    record = results.meta(
+        "causal_attention",
+        argv,
+        backend=backend,
+        device=device,
+        dtype=args.dtype,
+        batch=1,
+        width=WIDTH,
+        heads=HEADS,
+    )
+    record["command"] = f"KERAS_BACKEND={backend} " + record["command"]
+    name = f"causal_attention_{backend}.json"
+    out = args.out or os.path.join(results.RESULTS, name)
+    print("wrote", results.save(out, record, table))
 
 
 if __name__ == "__main__":

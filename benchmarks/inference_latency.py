@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import sys
 import time
 
@@ -102,7 +103,7 @@ def main(argv=None):
     )
     meta = {
         "command": "python -m benchmarks.inference_latency "
-        + " ".join(sys.argv[1:] if argv is None else argv),
+        + shlex.join(sys.argv[1:] if argv is None else argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
         "tensorflow": tf.__version__,

@@ -20,6 +20,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 MODULES = ["multi_head_attention_test.py", "attention_test.py"]
+NAME = "keras_tests_recount.json"
 
 PLUGIN = """
 import keras
@@ -89,12 +90,18 @@ def run(module, folder, tmp):
     return outcome
 
 
-def main():
+def main(argv=None):
     import tempfile
 
+    import keras
+
+    from benchmarks import results
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.parse_args()
+    parser.add_argument("--out", default=os.path.join(results.RESULTS, NAME))
+    args = parser.parse_args(argv)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for module in MODULES:
             outcome = run(module, root, tmp)
@@ -102,10 +109,14 @@ def main():
                 k: list(outcome.values()).count(k)
                 for k in ("passed", "failed", "skipped")
             }
+            failed = sorted(n for n, r in outcome.items() if r == "failed")
+            rows.append({"module": module, **counts, "failed_tests": failed})
             print(f"{module}: {counts}")
-            for name, result in sorted(outcome.items()):
-                if result == "failed":
-                    print(f"  failed: {name}")
+            for name in failed:
+                print(f"  failed: {name}")
+    record = results.meta("keras_tests_recount", argv or sys.argv[1:])
+    record["keras_tests_from"] = f"keras {keras.__version__} wheel"
+    print("wrote", results.save(args.out, record, rows))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import sys
 import time
 
@@ -182,7 +183,7 @@ def main(argv=None):
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     meta = {
         "command": "python -m benchmarks.layer_speed "
-        + " ".join(sys.argv[1:] if argv is None else argv),
+        + shlex.join(sys.argv[1:] if argv is None else argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
         "tensorflow": tf.__version__,

@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -160,7 +161,7 @@ def main(argv=None):
             print(json.dumps(row), flush=True)
     meta = {
         "command": "python -m benchmarks.scaling "
-        + " ".join(sys.argv[1:] if argv is None else argv),
+        + shlex.join(sys.argv[1:] if argv is None else argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
         "tensorflow": tf.__version__,

@@ -1,19 +1,19 @@
 """Time and memory of the numpy-only LiteRT tokenizer on hostile input.
 
-`python -m benchmarks.tokenizer [--sizes 1 50] [--old]` prints a Markdown
-table: for each input kind and size (in millions of characters), the
-seconds to tokenize one text for a 500-token model, for a model with no
-length limit (`standardize`, the whole text), and the peak memory the
-tokenizer allocates beyond the input (`tracemalloc`, a separate call).
-`--old` adds the 0.1 regex tokenizer (from git) at 0.2M characters.
+`python -m benchmarks.tokenizer [--sizes 1 50] [--old]` writes
+`benchmarks/results/tokenizer.json`: for each input kind and size (in
+millions of characters), the seconds to tokenize one text for a
+500-token model, for a model with no length limit (`standardize`, the
+whole text), and the peak memory the tokenizer allocates beyond the input
+(`tracemalloc`, a separate call). `--old` adds the 0.1 regex tokenizer at
+0.2M characters.
 """
 
 import argparse
 import json
-import platform
+import os
 import subprocess
 import sys
-import time
 
 KINDS = {
     "review": "A <b>great</b> film, don't miss it!! 10/10 'quoted' caf\u00e9 ",
@@ -55,20 +55,16 @@ t0 = time.perf_counter(); std(text); print(time.perf_counter() - t0)
 
 
 def main(argv=None):
+    from benchmarks import results
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 50])
     parser.add_argument("--old", action="store_true")
+    parser.add_argument(
+        "--out", default=os.path.join(results.RESULTS, "tokenizer.json")
+    )
     args = parser.parse_args(argv)
-    print(
-        f"`python -m benchmarks.tokenizer {' '.join(argv or sys.argv[1:])}`"
-        f" — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"{platform.machine()}, {platform.python_version()}\n"
-    )
-    print(
-        "| input | M chars | tokens (500 max) s | standardize (all) s "
-        "| tokens: peak allocated MiB |"
-    )
-    print("|---|---|---|---|---|")
+    rows, old = [], {}
     for name, unit in KINDS.items():
         for size in args.sizes:
             proc = subprocess.run(
@@ -84,9 +80,16 @@ def main(argv=None):
                 check=True,
             )
             t_tok, t_std, mem = json.loads(proc.stdout)
-            print(
-                f"| {name} | {size:g} | {t_tok:.3f} | {t_std:.2f} | {mem:.1f} |"
+            rows.append(
+                {
+                    "input": name,
+                    "m_chars": size,
+                    "tokens_500_s": t_tok,
+                    "standardize_all_s": t_std,
+                    "peak_mib": mem,
+                }
             )
+            print(json.dumps(rows[-1]), flush=True)
     if args.old:
         for unit in ("<", "x'...'x"):
             proc = subprocess.run(
@@ -95,10 +98,13 @@ def main(argv=None):
                 text=True,
                 check=True,
             )
-            print(
-                f"\n0.1 tokenizer, {unit!r} (200,000 characters): "
-                f"{float(proc.stdout):.1f} s"
-            )
+            old[unit] = float(proc.stdout)
+            print(f"0.1 tokenizer, {unit!r} (200,000 characters): {old[unit]}")
+    import numpy
+
+    record = results.meta("tokenizer", argv or sys.argv[1:])
+    record["numpy"] = numpy.__version__
+    print("wrote", results.save(args.out, record, rows, old_tokenizer_s=old))
 
 
 if __name__ == "__main__":

@@ -108,6 +108,14 @@ class MultiHeadPositional(layers.Layer):
             as `keras.layers.MultiHeadAttention(sliding_window=...)`);
             with `use_causal_mask=True`, the causal sliding window of
             Mistral-style models. Defaults to `None` (full attention).
+        attention_axes: the axes attention runs over, for inputs of any
+            rank `(B, d_1, ..., d_n, features)` (as
+            `keras.layers.MultiHeadAttention`'s): an int or a tuple of
+            axes among `1..n` (negative counts from the end, `-2` being
+            `d_n`). The other axes `d_i` are independent (batch-like);
+            several attention axes are attended jointly. Defaults to
+            `None`: all of `d_1..d_n`. Positions need a single attention
+            axis; a cache, 3-D inputs.
         **kwargs: base layer arguments (`name`, `dtype`,
             `activity_regularizer`, ...).
 
@@ -120,7 +128,9 @@ class MultiHeadPositional(layers.Layer):
         attention_mask: boolean `(B, Tq, Tv)`, `(Tq, Tv)` (every example)
             or per head `(B, H, Tq, Tv)`; `True` = may attend.
         use_causal_mask: query `t` only attends to keys `i <= t`.
-        return_attention_scores: also return the weights `(B, H, Tq, Tv)`.
+        return_attention_scores: also return the weights `(B, H, Tq, Tv)`
+            (for N-D inputs, Keras's layout `(B, <other axes>, H,
+            <query attention axes>, <key attention axes>)`).
         training: whether dropout is active.
         mask: alias of `query_mask`, filled by Keras for `layer(x)`.
         cache: for incremental decoding, projected keys and values
@@ -185,6 +195,7 @@ class MultiHeadPositional(layers.Layer):
         use_gate=False,
         flash_attention=None,
         sliding_window=None,
+        attention_axes=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -253,6 +264,7 @@ class MultiHeadPositional(layers.Layer):
         self.use_gate = use_gate
         self.flash_attention = flash_attention
         self.sliding_window = sliding_window
+        self.attention_axes = _axes_argument(attention_axes)
         if flash_attention and dropout > 0:
             raise ValueError(
                 "Dropout is not supported with flash attention. Received: "
@@ -376,11 +388,19 @@ class MultiHeadPositional(layers.Layer):
             ("value", value_shape),
             ("key", key_shape),
         ):
-            if len(shape) != 3 or shape[-1] is None:
+            if len(shape) < 3 or shape[-1] is None:
                 raise ValueError(
-                    f"Expected {name} of shape (batch, time, features) with "
-                    f"known features. Received: {name}.shape={tuple(shape)}"
+                    f"Expected {name} of shape (batch, time, features) (or "
+                    "(batch, d_1, ..., d_n, features)) with known features. "
+                    f"Received: {name}.shape={tuple(shape)}"
                 )
+        self._split_axes(len(query_shape))  # checks attention_axes
+        # N-D inputs are attended as (batch · other axes, attention axes
+        # flattened, features): the weights are those of the 3-D layer.
+        query_shape, value_shape, key_shape = (
+            (None, None, shape[-1]) if len(shape) > 3 else tuple(shape)
+            for shape in (query_shape, value_shape, key_shape)
+        )
         heads, dk = self.num_heads, self.key_dim
         dv = self.value_dim or self.key_dim
         dq_in, dk_in, dv_in = query_shape[-1], key_shape[-1], value_shape[-1]
@@ -487,7 +507,9 @@ class MultiHeadPositional(layers.Layer):
 
         Args:
             query: `(B, Tq, H, K)`; key: `(B, Tv, H, K)`; value:
-                `(B, Tv, H, Dv)`, positions already added.
+                `(B, Tv, H, Dv)`, positions already added. For N-D inputs
+                (`attention_axes`) the hook sees them regrouped this way:
+                the other axes in `B`, the attention axes flattened.
             attention_mask: boolean, broadcastable to `(B, H, Tq, Tv)`
                 (e.g. `(B, 1, 1, Tv)` for padding alone).
             use_causal_mask: also mask keys after each query. The fused
@@ -573,6 +595,24 @@ class MultiHeadPositional(layers.Layer):
             # Keras fills `mask` (not `query_mask`) when `query` is the only
             # tensor argument, as in self-attention `layer(x)`.
             query_mask = mask
+        if len(query.shape) != 3:
+            if cache is not None:
+                raise ValueError(
+                    "A cache needs query of shape (batch, time, features). "
+                    f"Received: query.shape={tuple(query.shape)}"
+                )
+            return self._call_nd(
+                query,
+                value,
+                key,
+                query_mask,
+                value_mask,
+                key_mask,
+                attention_mask,
+                use_causal_mask,
+                return_attention_scores,
+                training,
+            )
         if cache is not None:
             return self._call_cached(
                 query,
@@ -884,17 +924,152 @@ class MultiHeadPositional(layers.Layer):
         )
         set_output_mask(out, kwargs.get("query_mask"))
         if return_attention_scores:
-            scores = keras.KerasTensor(
-                (
-                    query.shape[0],
-                    self.num_heads,
-                    query.shape[1],
-                    value.shape[1],
-                ),
-                dtype=self.compute_dtype,
+            free, axes = self._split_axes(len(query.shape))
+            shape = (
+                query.shape[0],
+                *(query.shape[i] for i in free),
+                self.num_heads,
+                *(query.shape[i] for i in axes),
+                *(value.shape[i] for i in axes),
             )
-            return out, scores
+            return out, keras.KerasTensor(shape, dtype=self.compute_dtype)
         return out
+
+    # -- inputs of any rank ----------------------------------------------
+    def _split_axes(self, rank):
+        """`(other axes, attention axes)` of an input of `rank`, as
+        lists of non-negative axes; raises for axes the rank lacks."""
+        inner = list(range(1, rank - 1))
+        if self.attention_axes is None:
+            return [], inner
+        axes = [a + rank if a < 0 else a for a in self.attention_axes]
+        if any(a not in inner for a in axes) or len(set(axes)) < len(axes):
+            raise ValueError(
+                f"Expected attention_axes among {tuple(inner)} (or "
+                f"{tuple(a - rank for a in inner)}) for inputs of rank "
+                f"{rank}. Received: attention_axes={self.attention_axes!r}"
+            )
+        if self.position is not None and len(axes) > 1:
+            raise ValueError(
+                "Positions run along one axis: give a single attention axis "
+                "or position=None. Received: "
+                f"attention_axes={self.attention_axes!r}, "
+                f"position={self.position!r}"
+            )
+        return [a for a in inner if a not in axes], axes
+
+    def _call_nd(
+        self,
+        query,
+        value,
+        key,
+        query_mask,
+        value_mask,
+        key_mask,
+        attention_mask,
+        use_causal_mask,
+        return_attention_scores,
+        training,
+    ):
+        """Attention over `attention_axes` of `(B, d_1..d_n, D)` inputs:
+        the other axes join the batch, the attention axes are flattened
+        (row-major), and the 3-D layer runs; outputs and scores are
+        reshaped back (scores in Keras's layout)."""
+        if value is None:
+            value, value_mask = query, query_mask
+        if key is None:
+            key, key_mask = value, None
+        check_key_value(value.shape, key.shape)
+        rank = len(query.shape)
+        if len(value.shape) != rank:
+            raise ValueError(
+                "Expected query and value of the same rank. Received: "
+                f"query.shape={tuple(query.shape)}, "
+                f"value.shape={tuple(value.shape)}"
+            )
+        free, axes = self._split_axes(rank)
+        for i in free:
+            q_dim, v_dim = query.shape[i], value.shape[i]
+            if None not in (q_dim, v_dim) and q_dim != v_dim:
+                raise ValueError(
+                    f"Expected query and value to agree on axis {i}, which "
+                    "is not an attention axis. Received: "
+                    f"query.shape={tuple(query.shape)}, "
+                    f"value.shape={tuple(value.shape)}"
+                )
+        order = [0, *free, *axes]  # the non-feature axes, regrouped
+        q_shape, v_shape = ops.shape(query), ops.shape(value)
+        lq = _product([q_shape[i] for i in axes])
+        lv = _product([v_shape[i] for i in axes])
+
+        def flat(x, length, features=True):
+            x = ops.transpose(x, order + [rank - 1] if features else order)
+            return ops.reshape(
+                x, (-1, length, ops.shape(x)[-1]) if features else (-1, length)
+            )
+
+        def flat_mask(m, length):
+            return (
+                None if m is None else flat(ops.cast(m, "bool"), length, False)
+            )
+
+        if key_mask is not None:
+            value_mask = (
+                key_mask
+                if value_mask is None
+                else ops.logical_and(
+                    ops.cast(value_mask, "bool"), ops.cast(key_mask, "bool")
+                )
+            )
+        head_mask = None
+        if attention_mask is not None:  # Keras's broadcasting rule
+            head_mask = ops.cast(attention_mask, "bool")
+            scores_rank = 2 + len(free) + 2 * len(axes)
+            for _ in range(scores_rank - len(head_mask.shape)):
+                head_mask = ops.expand_dims(head_mask, -2 * len(axes) - 1)
+            head_mask = ops.broadcast_to(
+                head_mask,
+                (
+                    q_shape[0],
+                    *(q_shape[i] for i in free),
+                    self.num_heads,
+                    *(q_shape[i] for i in axes),
+                    *(v_shape[i] for i in axes),
+                ),
+            )
+            head_mask = ops.reshape(head_mask, (-1, self.num_heads, lq, lv))
+        result = self.call(
+            flat(query, lq),
+            flat(value, lv),
+            flat(key, lv),
+            query_mask=flat_mask(query_mask, lq),
+            value_mask=flat_mask(value_mask, lv),
+            attention_mask=head_mask,
+            use_causal_mask=use_causal_mask,
+            return_attention_scores=return_attention_scores,
+            training=training,
+        )
+        output, weights = result if return_attention_scores else (result, None)
+        out_dims = tuple(output.shape[2:])
+        grouped = [q_shape[i] for i in order]
+        output = ops.reshape(output, (*grouped, *out_dims))
+        back = [order.index(i) for i in range(rank - 1)]
+        tail = list(range(rank - 1, rank - 1 + len(out_dims)))
+        output = ops.transpose(output, back + tail)
+        set_output_mask(output, query_mask)
+        if not return_attention_scores:
+            return output
+        weights = ops.reshape(
+            weights,
+            (
+                q_shape[0],
+                *(q_shape[i] for i in free),
+                self.num_heads,
+                *(q_shape[i] for i in axes),
+                *(v_shape[i] for i in axes),
+            ),
+        )
+        return output, weights
 
     def get_config(self):
         return {
@@ -938,6 +1113,7 @@ class MultiHeadPositional(layers.Layer):
             "use_gate": self.use_gate,
             "flash_attention": self.flash_attention,
             "sliding_window": self.sliding_window,
+            "attention_axes": self.attention_axes,
         }
 
 
@@ -946,3 +1122,31 @@ def _rows_with_a_key(head_mask):
     if head_mask is None:
         return None
     return ops.any(masking.any_valid(head_mask), axis=1)
+
+
+def _axes_argument(attention_axes):
+    """`attention_axes` as a tuple of ints (or `None`), checked."""
+    if attention_axes is None:
+        return None
+    axes = (
+        (attention_axes,)
+        if isinstance(attention_axes, int)
+        else tuple(attention_axes)
+    )
+    if not axes or any(
+        isinstance(a, bool) or not isinstance(a, int) or a == 0 for a in axes
+    ):
+        raise ValueError(
+            "Expected attention_axes to be a non-zero int or a tuple of "
+            f"them (axis 0 is the batch). Received: "
+            f"attention_axes={attention_axes!r}"
+        )
+    return axes
+
+
+def _product(dims):
+    """The product of static ints and/or dynamic scalar dimensions."""
+    out = 1
+    for d in dims:
+        out = out * d
+    return out

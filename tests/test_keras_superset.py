@@ -276,3 +276,113 @@ def test_attention_list_convention_carries_keras_masks():
     )
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert np.all(got[0, 2] == 0.0)  # padded query row
+
+
+ND_CASES = [  # query dims, value dims, attention_axes (Keras's own cases)
+    ((3, 4), (3, 2), (2,)),
+    ((3, 4), (3, 2), (1, 2)),
+    ((5, 3, 4), (5, 3, 2), (2, 3)),
+    ((3, 8), (3, 8), -2),
+    ((4, 2, 3), (1, 1, 5), None),
+]
+
+
+def mhp_and_keras_mha(axes, **kwargs):
+    ours = keras_attn.MultiHeadPositional(
+        2, 2, position=None, attention_axes=axes, **kwargs
+    )
+    theirs = keras.layers.MultiHeadAttention(
+        2, 2, attention_axes=axes, **kwargs
+    )
+    return ours, theirs
+
+
+@pytest.mark.parametrize("q_dims, v_dims, axes", ND_CASES)
+def test_attention_axes_equal_keras_mha_on_nd_inputs(q_dims, v_dims, axes):
+    q = RNG.normal(size=(3, *q_dims, 8)).astype("float32")
+    v = RNG.normal(size=(3, *v_dims, 8)).astype("float32")
+    ours, theirs = mhp_and_keras_mha(axes, use_gate=True)
+    want, want_scores = theirs(q, v, return_attention_scores=True)
+    ours(q, v)
+    ours.set_weights(theirs.get_weights())
+    got, scores = ours(q, v, return_attention_scores=True)
+    assert tuple(got.shape) == tuple(want.shape) == q.shape
+    assert tuple(scores.shape) == tuple(want_scores.shape)
+    np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
+    np.testing.assert_allclose(
+        to_numpy(scores), to_numpy(want_scores), atol=1e-6
+    )
+    assert ours.compute_output_shape(q.shape, v.shape) == q.shape
+
+
+def test_attention_axes_masks_and_causality_like_keras_mha():
+    q = RNG.normal(size=(3, 3, 4, 8)).astype("float32")
+    v = RNG.normal(size=(3, 3, 2, 8)).astype("float32")
+    mask = RNG.random((3, 4, 2)) > 0.3  # (B, Tq, Tv): broadcast over axis 1
+    mask[..., 0] = True
+    ours, theirs = mhp_and_keras_mha((2,))
+    theirs(q, v)
+    ours(q, v)
+    ours.set_weights(theirs.get_weights())
+    np.testing.assert_allclose(
+        to_numpy(ours(q, v, attention_mask=mask)),
+        to_numpy(theirs(q, v, attention_mask=mask)),
+        atol=1e-5,
+    )
+    x = RNG.normal(size=(1, 5, 3, 8)).astype("float32")
+    ours, theirs = mhp_and_keras_mha(1)
+    want = theirs(x, x, use_causal_mask=True, return_attention_scores=True)
+    ours(x, x)
+    ours.set_weights(theirs.get_weights())
+    got = ours(x, x, use_causal_mask=True, return_attention_scores=True)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-5)
+    future = np.triu(np.ones((5, 5), bool), k=1)
+    assert np.all(to_numpy(got[1])[..., future] == 0.0)
+
+
+def test_attention_axes_padding_invariance_and_zero_rows():
+    # Padded key positions along the attention axis change nothing; a
+    # slice whose keys are all padded gives zeros (our guarantee).
+    layer = keras_attn.MultiHeadPositional(2, 4, attention_axes=2)
+    q = RNG.normal(size=(2, 3, 4, 8)).astype("float32")
+    v = RNG.normal(size=(2, 3, 6, 8)).astype("float32")
+    value_mask = np.ones((2, 3, 6), bool)
+    value_mask[:, :, 4:] = False
+    value_mask[1, 2] = False  # no key at all in this slice
+    out = to_numpy(layer(q, v, value_mask=value_mask))
+    v2 = v.copy()
+    v2[:, :, 4:] = 1e3
+    again = to_numpy(layer(q, v2, value_mask=value_mask))
+    np.testing.assert_allclose(out, again, atol=1e-5)
+    assert np.all(out[1, 2] == 0.0) and np.all(np.isfinite(out))
+    short = to_numpy(layer(q, v[:, :, :4]))
+    np.testing.assert_allclose(out[0], short[0], atol=1e-5)
+
+
+def test_attention_axes_serialize_and_bad_axes_name_the_argument(tmp_path):
+    inputs = keras.Input((3, 4, 8))
+    layer = keras_attn.MultiHeadPositional(
+        2, 2, position=None, attention_axes=-2
+    )
+    out, scores = layer(inputs, inputs, return_attention_scores=True)
+    assert tuple(scores.shape) == (None, 3, 2, 4, 4)
+    model = keras.Model(inputs, out)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    again = keras.models.load_model(path)
+    x = RNG.normal(size=(2, 3, 4, 8)).astype("float32")
+    np.testing.assert_allclose(
+        to_numpy(again(x)), to_numpy(model(x)), atol=1e-6
+    )
+    assert again.layers[-1].get_config()["attention_axes"] == (-2,)
+    with pytest.raises(ValueError, match=r"attention_axes=\(3,\)"):
+        keras_attn.MultiHeadPositional(2, 2, attention_axes=3)(x, x)
+    with pytest.raises(ValueError, match="attention_axes=0"):
+        keras_attn.MultiHeadPositional(2, 2, attention_axes=0)
+    with pytest.raises(ValueError, match="position='sinusoidal'"):
+        keras_attn.MultiHeadPositional(2, 2, attention_axes=(1, 2))(x, x)
+    with pytest.raises(ValueError, match="cache"):
+        keras_attn.MultiHeadPositional(2, 2)(
+            x, cache=np.zeros((2, 2, 4, 2, 2), "float32")
+        )
