@@ -66,7 +66,10 @@ class Attention(layers.Layer):
             `activity_regularizer`...).
 
     Call arguments:
-        query: `(B, Tq, Dq)`.
+        query: `(B, Tq, Dq)`. Inputs of higher rank `(B, ..., Tq, Dq)`
+            (as `keras.layers.Attention` takes them) attend along the
+            time axis, every axis before it being a batch axis; their
+            masks are `input.shape[:-1]`.
         value: `(B, Tv, Dv)`.
         key: optional `(B, Tv, Dk)`; defaults to `value`.
         query_mask: optional boolean `(B, Tq)`. Masked queries get all-zero
@@ -231,11 +234,19 @@ class Attention(layers.Layer):
             ("value", value_shape),
             ("key", key_shape),
         ):
-            if len(shape) != 3:
+            if len(shape) < 3:
                 raise ValueError(
                     f"Expected {name} to have rank 3 (batch, time, "
-                    f"features). Received: {name}.shape={tuple(shape)}"
+                    "features) or more (batch, ..., time, features). "
+                    f"Received: {name}.shape={tuple(shape)}"
                 )
+        if len({len(query_shape), len(value_shape), len(key_shape)}) > 1:
+            raise ValueError(
+                "Expected query, value and key of the same rank. Received: "
+                f"query.shape={tuple(query_shape)}, "
+                f"value.shape={tuple(value_shape)}, "
+                f"key.shape={tuple(key_shape)}"
+            )
         dq, dk = query_shape[-1], key_shape[-1]
         if self.score in ("dot", "scaled_dot") and dq != dk:
             raise ValueError(
@@ -317,6 +328,17 @@ class Attention(layers.Layer):
             )
         key = value if key is None else key
         check_key_value(value.shape, key.shape)
+        if len(query.shape) > 3:
+            return self._call_nd(
+                query,
+                value,
+                key,
+                query_mask,
+                value_mask,
+                use_causal_mask,
+                return_attention_scores,
+                training,
+            )
         check_features(self._widths, query=query, key=key)
         check_batch(query, value, key)
         query = ops.cast(query, self.compute_dtype)
@@ -340,6 +362,50 @@ class Attention(layers.Layer):
         if return_attention_scores:
             return context, weights
         return context
+
+    def _call_nd(
+        self,
+        query,
+        value,
+        key,
+        query_mask,
+        value_mask,
+        use_causal_mask,
+        return_attention_scores,
+        training,
+    ):
+        """`(B, ..., T, D)` inputs, as `keras.layers.Attention`: every
+        axis before the time axis is a batch axis."""
+        if len(value.shape) != len(query.shape):
+            raise ValueError(
+                "Expected query and value of the same rank. Received: "
+                f"query.shape={tuple(query.shape)}, "
+                f"value.shape={tuple(value.shape)}"
+            )
+        lead = ops.shape(query)[:-2]
+
+        def flat(x, keep):
+            if x is None:
+                return None
+            shape = ops.shape(x)
+            return ops.reshape(x, (-1, *shape[len(shape) - keep :]))
+
+        result = self.call(
+            flat(query, 2),
+            flat(value, 2),
+            flat(key, 2),
+            query_mask=flat(query_mask, 1),
+            value_mask=flat(value_mask, 1),
+            use_causal_mask=use_causal_mask,
+            return_attention_scores=return_attention_scores,
+            training=training,
+        )
+        context, weights = result if return_attention_scores else (result, 0)
+        context = ops.reshape(context, (*lead, *ops.shape(context)[1:]))
+        set_output_mask(context, query_mask)
+        if not return_attention_scores:
+            return context
+        return context, ops.reshape(weights, (*lead, *ops.shape(weights)[1:]))
 
     def compute_mask(self, inputs, mask=None):
         """The query's mask (the first of a list of masks)."""
@@ -384,7 +450,7 @@ class Attention(layers.Layer):
         set_output_mask(out, query_mask)
         if return_attention_scores:
             weights = keras.KerasTensor(
-                (query.shape[0], query.shape[1], value.shape[1]),
+                (*query.shape[:-1], value.shape[-2]),
                 dtype=self.compute_dtype,
             )
             return out, weights

@@ -33,8 +33,16 @@ class _EinsumDense(layers.EinsumDense):
     axis for `tf.nn.bias_add` and guesses "channels first" when that axis
     matches the input's axis 1: a `(heads, 1)` bias (`key_dim=1`) added to
     `(B, T, heads, 1)` with `T == heads` lands on the time axis. `+` is
-    plain broadcasting. Quantized calls are Keras's own (unchanged).
+    plain broadcasting. Quantized calls are Keras's own (unchanged). It
+    also passes a padding mask through, as `Dense` does.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # A per-position projection keeps the time axis, so a padding mask
+        # stays valid (as for `Dense`): Keras then has no mask to warn about
+        # destroying when a masked input reaches it.
+        self.supports_masking = True
 
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras refuses subclasses (their `call` could differ from the
@@ -216,8 +224,8 @@ class MultiHeadPositional(layers.Layer):
                 for d in dims
             ):
                 raise ValueError(
-                    "Expected output_shape to be a positive integer or a "
-                    f"tuple of them. Received: output_shape={output_shape!r}"
+                    "Invalid `output_shape`: expected a positive integer or "
+                    f"a tuple of them. Received: output_shape={output_shape!r}"
                 )
             if output_dim is not None:
                 raise ValueError(
@@ -383,6 +391,7 @@ class MultiHeadPositional(layers.Layer):
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
         key_shape = value_shape if key_shape is None else key_shape
+        check_key_value(value_shape, key_shape)
         for name, shape in (
             ("query", query_shape),
             ("value", value_shape),

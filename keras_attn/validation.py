@@ -7,7 +7,7 @@ def positive_int(name, value, allow_none=False):
         return
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(
-            f"Expected {name} to be a positive integer. "
+            f"Expected argument `{name}` to be a positive integer. "
             f"Received: {name}={value!r}"
         )
 

@@ -386,3 +386,59 @@ def test_attention_axes_serialize_and_bad_axes_name_the_argument(tmp_path):
         keras_attn.MultiHeadPositional(2, 2)(
             x, cache=np.zeros((2, 2, 4, 2, 2), "float32")
         )
+
+
+@pytest.mark.parametrize("score", ["dot", "general", "additive"])
+def test_attention_nd_inputs_batch_the_leading_axes_like_keras(score):
+    q = RNG.normal(size=(2, 3, 5, 4)).astype("float32")
+    v = RNG.normal(size=(2, 3, 6, 4)).astype("float32")
+    value_mask = RNG.random((2, 3, 6)) > 0.3
+    value_mask[..., 0] = True
+    units = {} if score == "dot" else {"units": 4}
+    layer = keras_attn.Attention(score=score, **units)
+    out, scores = layer(
+        q, v, value_mask=value_mask, return_attention_scores=True
+    )
+    assert tuple(out.shape) == (2, 3, 5, 4)
+    assert tuple(scores.shape) == (2, 3, 5, 6)
+    for i in range(3):  # each slice of axis 1 is its own attention
+        o, s = layer(
+            q[:, i],
+            v[:, i],
+            value_mask=value_mask[:, i],
+            return_attention_scores=True,
+        )
+        np.testing.assert_allclose(to_numpy(out)[:, i], to_numpy(o), atol=1e-6)
+        np.testing.assert_allclose(
+            to_numpy(scores)[:, i], to_numpy(s), atol=1e-6
+        )
+    if score == "dot":  # Keras's Attention takes no N-D masks (3.15.1)
+        want = keras.layers.Attention()([q, v], return_attention_scores=True)
+        got = layer(q, v, return_attention_scores=True)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-5)
+    inputs = [keras.Input((3, 5, 4)), keras.Input((3, 6, 4))]
+    symbolic = layer(*inputs, return_attention_scores=True)
+    assert tuple(symbolic[1].shape) == (None, 3, 5, 6)
+
+
+@pytest.mark.parametrize("kind", ["mhp", "attention", "ssa"])
+def test_no_warning_with_keras_masks(kind):
+    # Keras's own MHA test: masked inputs reach the projections without a
+    # "will destroy the mask information" warning.
+    import warnings
+
+    query = np.array([[1, 2, 3, 0, 0], [3, 3, 1, 1, 2], [1, 0, 0, 0, 0]])
+    value = np.array([[5, 4, 0], [3, 0, 0], [2, 1, 1]])
+    masked_query = keras.layers.Embedding(4, 8, mask_zero=True)(query)
+    masked_value = keras.layers.Embedding(6, 8, mask_zero=True)(value)
+    with warnings.catch_warnings(record=True) as logs:
+        warnings.simplefilter("always")
+        if kind == "mhp":
+            layer = keras_attn.MultiHeadPositional(2, 2, use_gate=True)
+            layer(masked_query, masked_value)
+        elif kind == "attention":
+            keras_attn.Attention(score="general")(masked_query, masked_value)
+        else:
+            keras_attn.StructuredSelfAttention(4, 2)(masked_query)
+    assert [str(w.message) for w in logs] == []
