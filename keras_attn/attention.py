@@ -32,13 +32,16 @@ class Attention(layers.Layer):
       `V ∈ R^{k×Dk}`, `k = rank`.
     - `"additive"`: `e_ij = vᵀ tanh(W₁ h_j + W₂ s_i + b)` with `units`
       hidden units (Bahdanau et al. 2015).
+    - `"concat"`: `e_ij = c Σ_d tanh(σ (s_i + h_j))_d`, no projections,
+      a learned scalar `c` (and `σ` with `use_scale`, else 1): Keras's
+      `Attention(score_mode="concat")` (needs `Dq == Dk`).
 
     One implementation of masking, softmax and the weighted sum serves every
     score; only `scores.py` differs.
 
     Args:
         score: one of `"dot"`, `"scaled_dot"`, `"general"`, `"low_rank"`,
-            `"additive"`. Defaults to `"dot"`.
+            `"additive"`, `"concat"`. Defaults to `"dot"`.
         units: hidden width of the additive score; required for
             `"additive"`. Defaults to `None`.
         rank: `k` of the low-rank score; required for `"low_rank"`.
@@ -57,8 +60,10 @@ class Attention(layers.Layer):
             (see BENCHMARKS.md, figure 2). Same result. Defaults to `None`
             (one block).
         use_scale: multiply the scores by a learned scalar (initialized to
-            1), as `keras.layers.Attention(use_scale=True)`; not for
-            `"additive"`, whose `v` already scales. Defaults to `False`.
+            1), as `keras.layers.Attention(use_scale=True)` (for
+            `"concat"`, scale `s + h` inside the `tanh`, as Keras does);
+            not for `"additive"`, whose `v` already scales. Defaults to
+            `False`.
         kernel_constraint: constraint on the kernels. Defaults to `None`.
         bias_constraint: constraint on `b`. Defaults to `None`.
         seed: seed of the attention dropout. Defaults to `None`.
@@ -248,14 +253,14 @@ class Attention(layers.Layer):
                 f"key.shape={tuple(key_shape)}"
             )
         dq, dk = query_shape[-1], key_shape[-1]
-        if self.score in ("dot", "scaled_dot") and dq != dk:
+        if self.score in ("dot", "scaled_dot", "concat") and dq != dk:
             raise ValueError(
                 f'score="{self.score}" needs query and key of the same '
                 f"width. Received: query.shape={tuple(query_shape)}, "
                 f"key.shape={tuple(key_shape)}"
             )
         self._widths = {}
-        if self.score != "dot" and self.score != "scaled_dot":
+        if self.score not in ("dot", "scaled_dot", "concat"):
             self._widths = {"query": dq, "key": dk}  # fixed by the weights
         self._query_dense = self._key_dense = None
         self.score_kernel = self.bias = None
@@ -276,10 +281,14 @@ class Attention(layers.Layer):
                     regularizer=self.bias_regularizer,
                     constraint=self.bias_constraint,
                 )
-        self.scale = None
+        self.scale = self.concat_score_weight = None
         if self.use_scale:  # a learned scalar on the scores, as Keras's
             self.scale = self.add_weight(
                 name="scale", shape=(), initializer="ones"
+            )
+        if self.score == "concat":  # Keras's name and order
+            self.concat_score_weight = self.add_weight(
+                name="concat_score_weight", shape=(), initializer="ones"
             )
         self.dropout_layer = layers.Dropout(
             self.dropout,
@@ -301,6 +310,10 @@ class Attention(layers.Layer):
         if self.score == "low_rank":
             return scores.dot_score(
                 self._query_dense(query), self._key_dense(key)
+            )
+        if self.score == "concat":
+            return scores.concat_score(
+                query, key, self.concat_score_weight, self.scale
             )
         return scores.additive_score_of_projections(
             self._query_dense(query),
@@ -346,7 +359,7 @@ class Attention(layers.Layer):
         value = ops.cast(value, self.compute_dtype)
         check_attention_masks(query, key, query_mask, value_mask)
         logits = self.compute_scores(query, key)  # (B, Tq, Tv)
-        if self.scale is not None:
+        if self.scale is not None and self.score != "concat":
             logits = ops.multiply(logits, ops.cast(self.scale, logits.dtype))
         mask = masking.merge_masks(
             ops.shape(query)[1],
@@ -498,8 +511,9 @@ def _split(inputs, name):
         or any(x is None or isinstance(x, int) for x in inputs)  # one shape
     ):
         raise ValueError(
-            "Pass `value`, or a list [query, value] or [query, value, key] "
-            f"as keras.layers.Attention takes. Received: {name}={inputs!r}"
+            "Attention must be called with `value`, or on a list [query, "
+            "value] or [query, value, key] (length 2 or 3) as "
+            f"keras.layers.Attention takes. Received: {name}={inputs!r}"
         )
     query, value, *rest = inputs
     return query, value, (rest[0] if rest else None)
@@ -513,6 +527,12 @@ def _keras_convention(inputs, query_mask, value_mask, mask):
     if isinstance(query_mask, (list, tuple)):
         mask, query_mask = (query_mask if mask is None else mask), None
     if mask is not None:
+        if not isinstance(mask, (list, tuple)) or len(mask) not in (2, 3):
+            raise ValueError(
+                "With list inputs the layer mask must be a list [query_mask, "
+                "value_mask] (length 2 or 3), as keras.layers.Attention "
+                f"takes. Received: mask={mask!r}"
+            )
         query_mask = mask[0] if query_mask is None else query_mask
         value_mask = mask[1] if value_mask is None else value_mask
     return query, value, key, query_mask, value_mask

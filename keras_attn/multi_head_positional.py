@@ -215,9 +215,9 @@ class MultiHeadPositional(layers.Layer):
         positive_int("sliding_window", sliding_window, allow_none=True)
         if output_shape is not None:
             dims = (
-                (output_shape,)
-                if isinstance(output_shape, int)
-                else tuple(output_shape)
+                tuple(output_shape)
+                if isinstance(output_shape, (tuple, list))
+                else (output_shape,)
             )
             if not dims or any(
                 isinstance(d, bool) or not isinstance(d, int) or d <= 0
@@ -320,6 +320,14 @@ class MultiHeadPositional(layers.Layer):
     key_dense = property(lambda self: self._key_dense)
     value_dense = property(lambda self: self._value_dense)
     output_dense = property(lambda self: self._output_dense)
+
+    # Keras MultiHeadAttention's private attributes, which its subclasses
+    # (KerasHub's among them) read.
+    _num_heads = property(lambda self: self.num_heads)
+    _key_dim = property(lambda self: self.key_dim)
+    _value_dim = property(lambda self: self.value_dim or self.key_dim)
+    _sliding_window = property(lambda self: self.sliding_window)
+    _attention_axes = property(lambda self: self.attention_axes)
 
     # The projection weights under the names of 0.1 (read-only views).
     query_kernel = property(lambda self: self._query_dense.kernel)
@@ -604,6 +612,13 @@ class MultiHeadPositional(layers.Layer):
             # Keras fills `mask` (not `query_mask`) when `query` is the only
             # tensor argument, as in self-attention `layer(x)`.
             query_mask = mask
+        for name, tensor in (("query", query), ("value", value), ("key", key)):
+            if tensor is not None and len(tensor.shape) < 3:
+                raise ValueError(
+                    f"Expected {name} of shape (batch, time, features) (or "
+                    "(batch, d_1, ..., d_n, features)). Received: "
+                    f"{name}.shape={tuple(tensor.shape)}"
+                )
         if len(query.shape) != 3:
             if cache is not None:
                 raise ValueError(

@@ -10,7 +10,7 @@ import math
 import keras
 from keras import ops
 
-SCORES = ("dot", "scaled_dot", "general", "low_rank", "additive")
+SCORES = ("dot", "scaled_dot", "general", "low_rank", "additive", "concat")
 
 
 def dot_score(query, key):
@@ -93,3 +93,17 @@ def additive_score_of_projections(
 def _additive_block(w2s, w1h, v):
     hidden = w2s[:, :, None, :] + w1h[:, None, :, :]  # (B, Tq, Tk, U)
     return ops.einsum("bqku,u->bqk", ops.tanh(hidden), v)
+
+
+def concat_score(query, key, weight=None, scale=None):
+    """Keras's parameter-free "concat" score,
+    `e_ij = c Σ_d tanh(σ (s_i + h_j))_d` (`Dq == Dk`), with scalars
+    `weight = c` and `scale = σ` (1 when `None`). Materializes
+    `(B, Tq, Tk, D)`."""
+    summed = query[:, :, None, :] + key[:, None, :, :]  # (B, Tq, Tk, D)
+    if scale is not None:
+        summed = summed * ops.cast(scale, summed.dtype)
+    out = ops.sum(ops.tanh(summed), axis=-1)  # (B, Tq, Tk)
+    if weight is not None:
+        out = out * ops.cast(weight, out.dtype)
+    return out

@@ -8,7 +8,7 @@ import keras_attn
 from tests import layer_test_case as ltc
 from tests.backend import gradients, to_numpy
 
-SCORES = ["dot", "scaled_dot", "general", "low_rank", "additive"]
+SCORES = ["dot", "scaled_dot", "general", "low_rank", "additive", "concat"]
 RNG = np.random.default_rng(0)
 
 
@@ -38,6 +38,11 @@ def np_scores(layer, q, k):
         us = np.einsum("rd,bqd->bqr", u, q)
         vh = np.einsum("rd,bkd->bkr", v, k)
         return np.einsum("bqr,bkr->bqk", us, vh)
+    if layer.score == "concat":  # c Σ_d tanh(σ (s_i + h_j))_d
+        sigma = 1.0 if layer.scale is None else float(layer.scale.numpy())
+        c = float(layer.concat_score_weight.numpy())
+        summed = q[:, :, None, :] + k[:, None, :, :]
+        return c * np.tanh(sigma * summed).sum(-1)
     w1 = layer.key_kernel.numpy().T  # W₁: (U, Dk)
     w2 = layer.query_kernel.numpy().T  # W₂: (U, Dq)
     vv = layer.score_kernel.numpy()
@@ -173,7 +178,7 @@ def test_causal_gradient_is_exactly_zero_for_future(score):
         assert np.any(g[:, : i + 1] != 0.0)
 
 
-@pytest.mark.parametrize("score", ["general", "low_rank", "additive"])
+@pytest.mark.parametrize("score", ["general", "low_rank", "additive", "concat"])
 def test_every_weight_gets_a_finite_gradient(score):
     q, v, _ = data()
     layer = make(score)

@@ -442,3 +442,43 @@ def test_no_warning_with_keras_masks(kind):
         else:
             keras_attn.StructuredSelfAttention(4, 2)(masked_query)
     assert [str(w.message) for w in logs] == []
+
+
+def test_keras_private_attributes_and_output_shape_errors():
+    layer = keras_attn.MultiHeadPositional(
+        2, 4, value_dim=None, sliding_window=5, attention_axes=-2
+    )
+    again = keras_attn.MultiHeadPositional.from_config(layer.get_config())
+    assert (again._num_heads, again._key_dim, again._value_dim) == (2, 4, 4)
+    assert again._sliding_window == 5 and again._attention_axes == (-2,)
+    for bad in (8.0, 0, (4, -1), "8"):
+        with pytest.raises(ValueError, match="Invalid `output_shape`"):
+            keras_attn.MultiHeadPositional(2, 16, output_shape=bad)
+
+
+@pytest.mark.parametrize("use_scale", [False, True])
+def test_concat_score_equals_keras_attention_concat(use_scale):
+    ours = keras_attn.Attention(score="concat", use_scale=use_scale)
+    theirs = keras.layers.Attention(score_mode="concat", use_scale=use_scale)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    ours(Q, V), theirs([Q, V])
+    assert [w.name for w in ours.weights] == [w.name for w in theirs.weights]
+    values = [np.float32(0.7), np.float32(1.9)][-len(theirs.weights) :]
+    for layer in (ours, theirs):
+        layer.set_weights(values)
+    got = ours(Q, V, value_mask=mask, return_attention_scores=True)
+    want = theirs([Q, V], mask=[None, mask], return_attention_scores=True)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-5)
+    with pytest.raises(ValueError, match="same width"):
+        keras_attn.Attention(score="concat")(Q, V[..., :3])
+
+
+def test_keras_list_convention_errors_name_what_was_given():
+    layer = keras_attn.Attention()
+    with pytest.raises(ValueError, match="must be called.*length 2 or 3"):
+        layer([Q, V, V, V])
+    with pytest.raises(ValueError, match="mask must be a list"):
+        layer([Q, V], mask=np.ones((2, 3), bool))  # not silently mask[0]
+    with pytest.raises(ValueError, match="length 2 or 3"):
+        layer([Q, V], mask=[np.ones((2, 3), bool)])

@@ -1,9 +1,9 @@
 """Sequence-to-sequence on Keras 3: an attention decoder and searches.
 
 Backend-agnostic (`keras.ops`): `AttentionDecoder`, `SequenceLoss`,
-`greedy_search`, `sample_search`, `beam_search`. TensorFlow-only serving (`Translator`,
-with SavedModel and LiteRT export) lives in `keras_attn.seq2seq.serving`
-and is imported from here on first use.
+`greedy_search`, `sample_search`, `beam_search`. TensorFlow-only serving
+(`Translator`, with SavedModel and LiteRT export) lives in
+`keras_attn.seq2seq.serving` and is imported from here on first use.
 """
 
 from keras_attn.seq2seq.attention_decoder import AttentionDecoder
