@@ -4,8 +4,8 @@
 inside the installed Keras wheel (`keras/src/layers/attention/*_test.py`)
 with `keras.src.layers.MultiHeadAttention` replaced by
 `MultiHeadPositional(position=None, feed_forward=None)` and
-`keras.src.layers.Attention` by our `Attention` (Keras's `score_mode` is
-our `score`: `"dot"` and `"concat"`). Nothing is
+`keras.src.layers.Attention` by our `Attention` (which takes Keras's
+`score_mode`). Nothing is
 copied from Keras: the tests are read from the installed package and run
 as they are. It prints the pass/fail counts per module and the failing
 test names, for the record in BENCHMARKS.md; failures are expected where
@@ -37,10 +37,8 @@ class MultiHeadAttention(keras_attn.MultiHeadPositional):
 
 
 @keras.saving.register_keras_serializable("recount")
-class Attention(keras_attn.Attention):
-    def __init__(self, *args, score_mode="dot", **kwargs):
-        kwargs.setdefault("score", score_mode)
-        super().__init__(*args, **kwargs)
+class Attention(keras_attn.Attention):  # takes Keras's `score_mode` itself
+    pass
 
 
 klayers.MultiHeadAttention = MultiHeadAttention

@@ -67,6 +67,8 @@ class Attention(layers.Layer):
         kernel_constraint: constraint on the kernels. Defaults to `None`.
         bias_constraint: constraint on `b`. Defaults to `None`.
         seed: seed of the attention dropout. Defaults to `None`.
+        score_mode: Keras's name for `score` (`"dot"` or `"concat"`), for
+            code written for `keras.layers.Attention`. Defaults to `None`.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`,
             `activity_regularizer`...).
 
@@ -122,9 +124,23 @@ class Attention(layers.Layer):
         kernel_constraint=None,
         bias_constraint=None,
         seed=None,
+        score_mode=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if score_mode is not None:  # Keras's name for the two it has
+            if score_mode not in ("dot", "concat"):
+                raise ValueError(
+                    "Invalid value for argument score_mode. Expected one of "
+                    "{'dot', 'concat'} (or give `score`: any of "
+                    f"{scores.SCORES}). Received: score_mode={score_mode!r}"
+                )
+            if score not in ("dot", score_mode):
+                raise ValueError(
+                    "Give score or score_mode, not both. Received: "
+                    f"score={score!r}, score_mode={score_mode!r}"
+                )
+            score = score_mode
         if score not in scores.SCORES:
             raise ValueError(
                 f"Expected score to be one of {scores.SCORES}. "
@@ -299,6 +315,23 @@ class Attention(layers.Layer):
         self.dropout_layer.build(None)
         self.built = True
 
+    # Keras `Attention`'s private helpers, which its tests and subclasses
+    # call: the scores with the scale applied, and the padding/causal mask.
+    def _calculate_scores(self, query, key):
+        logits = self.compute_scores(query, key)
+        if self.scale is not None and self.score != "concat":
+            logits = ops.multiply(logits, ops.cast(self.scale, logits.dtype))
+        return logits
+
+    def _calculate_score_mask(self, scores, v_mask, use_causal_mask):
+        shape = ops.shape(scores)
+        return masking.merge_masks(
+            shape[-2],
+            shape[-1],
+            value_mask=v_mask,
+            use_causal_mask=use_causal_mask,
+        )
+
     def compute_scores(self, query, key):
         """Unnormalized scores `(B, Tq, Tk)` for this layer's score."""
         if self.score == "dot":
@@ -358,9 +391,7 @@ class Attention(layers.Layer):
         key = ops.cast(key, self.compute_dtype)
         value = ops.cast(value, self.compute_dtype)
         check_attention_masks(query, key, query_mask, value_mask)
-        logits = self.compute_scores(query, key)  # (B, Tq, Tv)
-        if self.scale is not None and self.score != "concat":
-            logits = ops.multiply(logits, ops.cast(self.scale, logits.dtype))
+        logits = self._calculate_scores(query, key)  # (B, Tq, Tv)
         mask = masking.merge_masks(
             ops.shape(query)[1],
             ops.shape(key)[1],
@@ -511,9 +542,9 @@ def _split(inputs, name):
         or any(x is None or isinstance(x, int) for x in inputs)  # one shape
     ):
         raise ValueError(
-            "Attention must be called with `value`, or on a list [query, "
-            "value] or [query, value, key] (length 2 or 3) as "
-            f"keras.layers.Attention takes. Received: {name}={inputs!r}"
+            "Attention must be called on a list [query, value] or [query, "
+            "value, key] (length 2 or 3), as keras.layers.Attention takes, "
+            f"or with `value`. Received: {name}={inputs!r}"
         )
     query, value, *rest = inputs
     return query, value, (rest[0] if rest else None)

@@ -482,3 +482,28 @@ def test_keras_list_convention_errors_name_what_was_given():
         layer([Q, V], mask=np.ones((2, 3), bool))  # not silently mask[0]
     with pytest.raises(ValueError, match="length 2 or 3"):
         layer([Q, V], mask=[np.ones((2, 3), bool)])
+
+
+def test_keras_score_mode_and_private_helpers():
+    layer = keras_attn.Attention(score_mode="concat", use_scale=True)
+    assert layer.score == "concat"
+    assert keras_attn.Attention.from_config(layer.get_config()).score == (
+        "concat"
+    )
+    with pytest.raises(ValueError, match="score_mode='bad'"):
+        keras_attn.Attention(score_mode="bad")
+    with pytest.raises(ValueError, match="not both"):
+        keras_attn.Attention(score="general", score_mode="dot")
+    dot = keras_attn.Attention(use_scale=True)
+    dot(Q, V)
+    dot.scale.assign(2.0)
+    np.testing.assert_allclose(
+        to_numpy(dot._calculate_scores(Q, V)),
+        2.0 * np.einsum("bqd,bkd->bqk", Q, V),
+        rtol=1e-5,
+    )
+    v_mask = np.array([[True, False, True, False, True]])
+    got = dot._calculate_score_mask(np.zeros((1, 3, 5)), v_mask, True)
+    want = np.tril(np.ones((3, 5), bool))[None] & v_mask[:, None, :]
+    np.testing.assert_array_equal(to_numpy(got), want)
+    assert dot._calculate_score_mask(np.zeros((1, 3, 5)), None, False) is None
