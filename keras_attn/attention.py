@@ -244,7 +244,11 @@ class Attention(layers.Layer):
             if variable is not None:
                 variable.trainable = False
 
-    def build(self, query_shape, value_shape=None, key_shape=None):
+    def build(
+        self, query_shape=None, value_shape=None, key_shape=None, **kwargs
+    ):
+        if query_shape is None:  # Keras's name for the list of shapes
+            query_shape = kwargs.get("input_shape")
         if value_shape is None:  # Keras's convention: [query, value, key]
             query_shape, value_shape, key_shape = _split(
                 query_shape, "query_shape"

@@ -495,7 +495,8 @@ def test_keras_score_mode_and_private_helpers():
     with pytest.raises(ValueError, match="not both"):
         keras_attn.Attention(score="general", score_mode="dot")
     dot = keras_attn.Attention(use_scale=True)
-    dot(Q, V)
+    dot.build(input_shape=[Q.shape, V.shape])  # Keras's keyword
+    assert dot.built and dot.scale is not None
     dot.scale.assign(2.0)
     np.testing.assert_allclose(
         to_numpy(dot._calculate_scores(Q, V)),
