@@ -112,6 +112,50 @@ def child(layer_name, length, dtype, reps):
     )
 
 
+def compare_hlo(length):
+    """JAX only: the compiled training steps' ops counted by type, ours
+    and Keras's, so a timing gap can be told from a difference in work."""
+    import collections
+    import re
+
+    import jax
+    import keras
+    import numpy as np
+
+    import keras_attn
+
+    counts = {}
+    for name in ("ours", "keras"):
+        if name == "ours":
+            layer = keras_attn.MultiHeadPositional(
+                HEADS, WIDTH // HEADS, position=None
+            )
+        else:
+            layer = keras.layers.MultiHeadAttention(HEADS, WIDTH // HEADS)
+        x = np.random.default_rng(0).normal(size=(1, length, WIDTH))
+        x = keras.ops.convert_to_tensor(x, "float32")
+        count = 1 if name == "ours" else 2  # self-attention: x, or x, x
+        layer(*([x] * count), use_causal_mask=True)
+
+        def loss(weights, x, layer=layer, n=count):
+            out = layer.stateless_call(
+                weights, [], *([x] * n), use_causal_mask=True
+            )[0]
+            return keras.ops.mean(keras.ops.square(out))
+
+        weights = [v.value for v in layer.trainable_variables]
+        text = jax.jit(jax.grad(loss)).lower(weights, x).compile().as_text()
+        found = re.finditer(r"= \S+ (\w[\w-]*)\(", text)
+        counts[name] = collections.Counter(m.group(1) for m in found)
+    ours, theirs = counts["ours"], counts["keras"]
+    print(
+        f"compiled ops: ours {sum(ours.values())}, keras {sum(theirs.values())}"
+    )
+    for op in sorted(set(ours) | set(theirs)):
+        if ours[op] != theirs[op]:
+            print(f"  {op}: ours {ours[op]}, keras {theirs[op]}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -121,11 +165,19 @@ def main():
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument(
+        "--compare-hlo",
+        type=int,
+        metavar="LENGTH",
+        help="JAX: compare the compiled steps' ops at LENGTH, then exit",
+    )
+    parser.add_argument(
         "--out", help="JSON file; default results/causal_attention_BACKEND"
     )
     args = parser.parse_args()
     if args.child:
         return child(args.child[0], int(args.child[1]), args.dtype, args.reps)
+    if args.compare_hlo:
+        return compare_hlo(args.compare_hlo)
     rows = []
     for length in args.lengths:
         result = {}
