@@ -7,6 +7,12 @@ Boolean masks use `True` for "attend / keep" and `False` for "ignore".
 from keras import ops
 
 
+# How far below a slice's smallest logit masked logits are put (see
+# `masked_softmax`): e^-32 ≈ 1.3e-14, so even a million masked keys add
+# less than half a float32 ulp to the softmax's denominator.
+MASK_MARGIN = 32.0
+
+
 def large_negative_number(dtype):
     """A large negative number that does not overflow in `dtype`.
 
@@ -89,8 +95,13 @@ def masked_softmax(scores, mask=None, axis=-1):
         weights = ops.softmax(work, axis=axis)
     else:
         mask = ops.cast(mask, "bool")
-        neg = ops.cast(large_negative_number(work.dtype), work.dtype)
-        work = ops.where(mask, work, neg)
+        # Masked logits go `MASK_MARGIN` below the slice's smallest logit,
+        # not to a huge constant: their softmax terms are still below
+        # float32's resolution (`Tv · e^-32` ≪ 1 ulp), and the tensor keeps
+        # the scores' own range, so a full-integer (int8) model calibrated
+        # on it keeps its resolution instead of spending it on `-1e9`.
+        floor = ops.stop_gradient(ops.min(work, axis=axis, keepdims=True))
+        work = ops.where(mask, work, floor - MASK_MARGIN)
         weights = ops.softmax(work, axis=axis)
         weights = ops.where(mask, weights, ops.zeros_like(weights))
     return ops.cast(weights, dtype) if half else weights

@@ -100,3 +100,22 @@ def test_sinusoidal_encoding_matches_the_formula():
             angle = p / 10000 ** (2 * i / depth)
             want[p, 2 * i], want[p, 2 * i + 1] = np.sin(angle), np.cos(angle)
     close(positional.sinusoidal_encoding(positions, depth), want, 1e-5)
+
+
+def test_masked_softmax_ignores_many_masked_keys_whatever_their_scores():
+    # Masked logits sit MASK_MARGIN below the smallest one (not at -1e9,
+    # which spends a full-integer model's range): with 100,000 masked keys
+    # the valid weights still equal a softmax over the valid keys alone,
+    # however large or small the masked keys' own scores are.
+    rng = np.random.default_rng(3)
+    valid = rng.normal(scale=4.0, size=(2, 1, 5)).astype("float32")
+    masked = rng.normal(scale=50.0, size=(2, 1, 100_000)).astype("float32")
+    scores_ = np.concatenate([valid, masked], axis=-1)
+    mask = np.zeros(scores_.shape, bool)
+    mask[..., :5] = True
+    got = to_numpy(masking.masked_softmax(scores_, mask))
+    e = np.exp(valid.astype("float64") - valid.max(-1, keepdims=True))
+    want = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(got[..., :5], want, rtol=2e-6, atol=0)
+    assert np.all(got[..., 5:] == 0.0)
+    assert masking.MASK_MARGIN >= np.log(1e6 / np.finfo("float32").eps)
