@@ -6,7 +6,6 @@ Boolean masks use `True` for "attend / keep" and `False` for "ignore".
 
 from keras import ops
 
-
 # How far below a slice's smallest logit masked logits are put (see
 # `masked_softmax`): e^-32 ≈ 1.3e-14, so even a million masked keys add
 # less than half a float32 ulp to the softmax's denominator.
