@@ -236,3 +236,21 @@ def test_bad_cells_are_named():
         AttentionDecoder(keras.layers.GRUCell(4, dropout=0.5))
     with pytest.raises(ValueError, match="cell="):
         AttentionDecoder(keras.layers.Dense(4))
+
+
+def test_step_on_a_masked_embedding_warns_nothing():
+    # A decoding step fed `Embedding(mask_zero=True)(tokens)` used to make
+    # the cell warn that it "will destroy the mask information".
+    import warnings
+
+    embed = keras.layers.Embedding(10, 4, mask_zero=True)
+    decoder = AttentionDecoder(keras.layers.GRUCell(6), score="general")
+    memory = np.ones((2, 3, 6), "float32")
+    states = decoder.get_initial_state(2)
+    with warnings.catch_warnings(record=True) as logs:
+        warnings.simplefilter("always")
+        out, _, align = decoder.step(
+            embed(np.array([2, 0])), states, memory, np.ones((2, 3), bool)
+        )
+    assert [str(w.message) for w in logs] == []
+    assert tuple(out.shape)[0] == 2 and tuple(align.shape) == (2, 3)

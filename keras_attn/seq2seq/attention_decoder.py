@@ -229,7 +229,10 @@ class AttentionDecoder(layers.Layer):
         Returns:
             `(output (B, O), new_states, alignment (B, S))`.
         """
-        inputs = ops.cast(inputs, self.compute_dtype)
+        # A new tensor: a padding mask on one step's embedding (from
+        # `Embedding(mask_zero=True)`) means nothing to the cell, which
+        # would warn that it "destroys" it.
+        inputs = ops.copy(ops.cast(inputs, self.compute_dtype))
         memory = ops.cast(memory, self.compute_dtype)
         states = self._states(ops.shape(inputs)[0], states)
         n = self._cell_states
