@@ -147,6 +147,31 @@ def measure(text_model, data, hp, folder, split):
     return metrics
 
 
+def litert_report(metrics, split, command):
+    """`litert.json`: per LiteRT file, what it is, its ops, size, accuracy
+    and latency, and the command that made it."""
+    files = {"none": "model_float32.tflite", "int8": "model_full_int8.tflite"}
+    latency = metrics.get("latency_s_per_review", {})
+    report = {"command": command, "split": split}
+    for quantize, name in files.items():
+        report[name] = {
+            "quantize": quantize,
+            "kind": "full integer: int8 weights and activations"
+            if quantize == "int8"
+            else "float32",
+            "size_bytes": metrics["sizes_bytes"][quantize],
+            f"{split}_accuracy": metrics[f"{split}_accuracy_litert_{quantize}"],
+        }
+    report["model_full_int8.tflite"]["ops"] = metrics["ops_full_int8"]
+    report["model_full_int8.tflite"]["latency_s_per_review"] = latency.get(
+        "edge_full_int8"
+    )
+    report["bilstm_dynamic_int8_latency_s_per_review"] = latency.get(
+        "bilstm_int8"
+    )
+    return report
+
+
 def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
     """Train, export, measure; files go to `out/imdb_edge` (a temporary
     folder, removed afterwards, without `out`)."""
@@ -186,6 +211,9 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
             model.save(os.path.join(folder, "model.keras"))
             with open(os.path.join(folder, "metrics.json"), "w") as f:
                 json.dump(metrics, f, indent=2)
+            command = "python examples/imdb_edge.py --out " + out
+            with open(os.path.join(folder, "litert.json"), "w") as f:
+                json.dump(litert_report(metrics, split, command), f, indent=2)
     return metrics
 
 

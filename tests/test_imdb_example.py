@@ -165,3 +165,8 @@ def test_edge_model_tiny_slice_converts_to_full_integer(tmp_path):
         abs(metrics["val_accuracy_litert_none"] - metrics["val_accuracy_keras"])
         <= 0.01
     )
+    report = json.loads((folder / "litert.json").read_text())
+    full = report["model_full_int8.tflite"]
+    assert full["size_bytes"] == sizes["int8"] and full["ops"] == ops_used
+    assert full["val_accuracy"] == metrics["val_accuracy_litert_int8"]
+    assert report["split"] == "val" and "imdb_edge.py" in report["command"]

@@ -208,3 +208,39 @@ def test_translate_command_refuses_too_long_input_clearly():
     assert proc.returncode == 2, proc.stdout
     assert "keras-attn: error: Expected at most 16 words" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+EDGE = os.path.join(SHIPPED, "imdb_edge")
+
+
+def test_shipped_edge_model_is_full_integer_and_runs_without_tensorflow():
+    # The numpy-only runtime, as on a device: the file carries its
+    # vocabulary; its quantized ops and size are those litert.json records;
+    # on 500 test reviews it agrees with the recorded test accuracy.
+    from keras_attn.export import tflite_op_names
+    from keras_attn.litert_runtime import LiteRTClassifier
+
+    path = os.path.join(EDGE, "model_full_int8.tflite")
+    report = json.load(open(os.path.join(EDGE, "litert.json")))
+    entry = report["model_full_int8.tflite"]
+    assert os.path.getsize(path) == entry["size_bytes"]
+    ops_used = tflite_op_names(path)
+    assert ops_used == entry["ops"] and "QUANTIZE" in ops_used
+    assert not [o for o in ops_used if "FLEX" in o or "CUSTOM" in o]
+    clf = LiteRTClassifier(path)
+    texts = [r for r, _ in REVIEWS]
+    probs = clf.predict(texts)["probability"][:, 0]
+    np.testing.assert_array_equal(probs > 0.5, [y == 1 for _, y in REVIEWS])
+    import tensorflow_datasets as tfds
+
+    test = tfds.load(
+        "imdb_reviews", split="test[:500]", batch_size=-1, as_supervised=True
+    )
+    reviews = [t.decode() for t in test[0].numpy()]
+    probs = clf.predict(reviews)["probability"][:, 0]
+    accuracy = float(np.mean((probs > 0.5) == (test[1].numpy() == 1)))
+    assert abs(accuracy - entry["test_accuracy"]) < 0.04, accuracy
+    assert entry["test_accuracy"] > 0.86
+    metrics = json.load(open(os.path.join(EDGE, "metrics.json")))
+    float_accuracy = metrics["test_accuracy_litert_none"]
+    assert abs(entry["test_accuracy"] - float_accuracy) <= 0.005
