@@ -462,7 +462,9 @@ def convert_tflite(
             `tokens` of shape `(batch_size, -1)`: feed each review's own
             tokens and a recurrent model runs only that many steps (the
             model cuts inputs longer than its static length, as the
-            vectorizer did). Not with unrolling (nor `"int8"`).
+            vectorizer did). Not with unrolling, so not for a recurrent
+            model in `"int8"`; an attention model in `"int8"` is then
+            calibrated at each row's own length.
     """
     import tensorflow as tf
 
@@ -519,7 +521,9 @@ def convert_tflite(
     with _scratch() as tmp:
         tf.saved_model.save(module, tmp, signatures={"serving_default": frozen})
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
-        return _convert(converter, quantize, representative_data)
+        return _convert(
+            converter, quantize, representative_data, dynamic_length
+        )
 
 
 @contextlib.contextmanager
@@ -534,7 +538,9 @@ def _scratch():
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _convert(converter, quantize, representative_data):
+def _convert(converter, quantize, representative_data, own_lengths=False):
+    """`own_lengths`: calibrate each row at its own length (its ids up to
+    the last non-zero one), as a variable-length model will run it."""
     import tensorflow as tf
 
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
@@ -547,6 +553,10 @@ def _convert(converter, quantize, representative_data):
 
         def representative():
             for row in data:
+                if own_lengths:
+                    row = row[
+                        : max(1, int(np.flatnonzero(row).max(initial=0)) + 1)
+                    ]
                 yield [row[None]]
 
         converter.representative_dataset = representative
@@ -673,12 +683,6 @@ def _text_settings(quantize, calibration_texts, dynamic_length, names):
                 f"quantize='int8' needs calibration texts ("
                 f"{names['calibration_texts']}). Received: "
                 f"{names['calibration_texts']}={calibration_texts!r}"
-            )
-        if dynamic_length:
-            raise ValueError(
-                "A full-integer (int8) model has a fixed length. Received: "
-                f"{names['dynamic_length']}=True with "
-                f"{names['quantize']}='int8'"
             )
 
 

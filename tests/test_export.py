@@ -217,6 +217,31 @@ def test_litert_dynamic_length_equals_static_model(
         assert np.abs(got[k] - want[k]).max() <= tol, k
 
 
+def test_full_integer_attention_model_takes_a_variable_length(
+    attention_model, tmp_path
+):
+    # No recurrent layer, nothing to unroll: full-integer int8 keeps a
+    # variable time axis, calibrated at each text's own length, and the
+    # numpy-only runtime feeds each text's own tokens.
+    path = str(tmp_path / "model.tflite")
+    export.export_text_tflite(
+        attention_model,
+        path,
+        quantize="int8",
+        calibration_texts=TEXTS * 4,
+        dynamic_length=True,
+    )
+    ops = export.tflite_op_names(path)
+    assert "QUANTIZE" in ops
+    assert not [op for op in ops if "FLEX" in op.upper() or op == "CUSTOM"]
+    clf = litert_runtime.LiteRTClassifier(path)
+    assert clf.dynamic
+    assert len({len(ids) for ids in clf.tokenizer(TEXTS)}) > 1
+    got = clf.predict(TEXTS)["probability"]
+    want = attention_model.predict(as_batch(TEXTS), verbose=0)["probability"]
+    assert np.abs(got - want).max() <= 5e-2
+
+
 def test_litert_dynamic_length_refuses_fixed_length_settings(text_model):
     _, token_model = export.split_text_model(text_model)
     with pytest.raises(ValueError, match="needs a rolled model"):
