@@ -647,10 +647,10 @@ def split_text_model(text_model):
     return vectorizers[0], inner[0]
 
 
-def write_vocabulary(vectorizer, path, overwrite=False):
-    """Write the tokens of `vectorizer` (a `TextVectorization` layer or a
-    list of tokens), one per line. An existing file is replaced only when
-    it holds the same tokens, or with `overwrite`."""
+def check_vocabulary_file(vectorizer, path, overwrite=False):
+    """Raise unless `path` may receive the tokens of `vectorizer` (a
+    `TextVectorization` layer or a list of tokens): it is new, holds the
+    same tokens, or `overwrite`. Returns the file's text."""
     tokens = getattr(vectorizer, "get_vocabulary", lambda: vectorizer)()
     text = "".join(t + "\n" for t in tokens)
     target = os.path.abspath(path)
@@ -664,6 +664,15 @@ def write_vocabulary(vectorizer, path, overwrite=False):
                 f"{target!r} exists and holds another vocabulary; pass "
                 f"overwrite=True to replace it. Received: path={path!r}"
             )
+    return text
+
+
+def write_vocabulary(vectorizer, path, overwrite=False):
+    """Write the tokens of `vectorizer` (a `TextVectorization` layer or a
+    list of tokens), one per line. An existing file is replaced only when
+    it holds the same tokens, or with `overwrite`."""
+    text = check_vocabulary_file(vectorizer, path, overwrite)
+    target = os.path.abspath(path)
     with atomic_path(target) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)

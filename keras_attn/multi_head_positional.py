@@ -1037,14 +1037,6 @@ class MultiHeadPositional(layers.Layer):
                 None if m is None else flat(ops.cast(m, "bool"), length, False)
             )
 
-        if key_mask is not None:
-            value_mask = (
-                key_mask
-                if value_mask is None
-                else ops.logical_and(
-                    ops.cast(value_mask, "bool"), ops.cast(key_mask, "bool")
-                )
-            )
         head_mask = None
         if attention_mask is not None:  # Keras's broadcasting rule
             head_mask = ops.cast(attention_mask, "bool")
@@ -1068,6 +1060,7 @@ class MultiHeadPositional(layers.Layer):
             flat(key, lv),
             query_mask=flat_mask(query_mask, lq),
             value_mask=flat_mask(value_mask, lv),
+            key_mask=flat_mask(key_mask, lv),
             attention_mask=head_mask,
             use_causal_mask=use_causal_mask,
             return_attention_scores=return_attention_scores,

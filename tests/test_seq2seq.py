@@ -214,3 +214,9 @@ def test_save_writes_the_folder_the_cli_finds_and_keeps_it(tmp_path):
     with pytest.raises(ValueError, match="model.tflite"):
         translator.save(str(other))
     assert sorted(p.name for p in other.iterdir()) == ["model.tflite"]
+    third = tmp_path / "third"
+    third.mkdir()  # the target vocabulary conflicts: not even the source
+    (third / "target_vocabulary.txt").write_text("theirs\n")  # is written
+    with pytest.raises(ValueError, match="target_vocabulary"):
+        translator.save(str(third))
+    assert sorted(p.name for p in third.iterdir()) == ["target_vocabulary.txt"]

@@ -216,18 +216,32 @@ class Translator(tf.Module):
         (a vocabulary with other tokens, a file that is not a LiteRT
         model) only with `overwrite`, and then nothing is written.
         Returns `folder`."""
-        from keras_attn.export import check_destination, write_vocabulary
+        from keras_attn.export import (
+            check_destination,
+            check_vocabulary_file,
+            write_vocabulary,
+        )
 
         os.makedirs(folder, exist_ok=True)
-        lite = os.path.join(folder, "model.tflite")
-        check_destination(lite, "tflite", overwrite)  # before writing
-        for name, tokens in (  # each checked before anything is written
-            ("source", self.vectorizer),
-            ("target", self.target_vocabulary),
-        ):
-            path = os.path.join(folder, f"{name}_vocabulary.txt")
+        saved, lite = (
+            os.path.join(folder, name)
+            for name in ("saved_model", "model.tflite")
+        )
+        vocabularies = {
+            os.path.join(folder, f"{name}_vocabulary.txt"): tokens
+            for name, tokens in (
+                ("source", self.vectorizer),
+                ("target", self.target_vocabulary),
+            )
+        }
+        # Every destination is checked before anything is written.
+        check_destination(saved, "saved_model", overwrite)
+        check_destination(lite, "tflite", overwrite)
+        for path, tokens in vocabularies.items():
+            check_vocabulary_file(tokens, path, overwrite)
+        for path, tokens in vocabularies.items():
             write_vocabulary(tokens, path, overwrite)
-        self.export(os.path.join(folder, "saved_model"), overwrite)
+        self.export(saved, overwrite)
         self.export_tflite(lite, overwrite)
         return folder
 
