@@ -107,14 +107,10 @@ replacement, Luong et al. 2015).
 """
 
 
-def words(texts):
-    return [
-        t.decode().split() for t in split_sentence(tf.constant(texts)).numpy()
-    ]
-
-
-def vocabulary(sentences, max_tokens, extra=()):
-    counts = collections.Counter(w for s in sentences for w in s)
+def vocabulary(texts, max_tokens, extra=()):
+    """The most frequent words that hold no digit, after `extra`."""
+    split = split_sentence(tf.constant(texts)).numpy()
+    counts = collections.Counter(w for t in split for w in t.decode().split())
     kept = [w for w, _ in counts.most_common() if not re.search(r"\d", w)]
     return list(extra) + kept[: max_tokens - 2 - len(extra)]
 
@@ -123,7 +119,7 @@ def make_vectorizers(train, hp):
     en = keras.layers.TextVectorization(
         standardize=split_sentence,
         output_sequence_length=hp["source_length"],
-        vocabulary=vocabulary(words([p[0] for p in train]), hp["max_tokens"]),
+        vocabulary=vocabulary([p[0] for p in train], hp["max_tokens"]),
         name="source_vectorizer",
     )
     fr = keras.layers.TextVectorization(
@@ -131,7 +127,7 @@ def make_vectorizers(train, hp):
         split="whitespace",
         output_sequence_length=hp["target_length"] + 1,
         vocabulary=vocabulary(
-            words([p[1] for p in train]), hp["max_tokens"], (START, END)
+            [p[1] for p in train], hp["max_tokens"], (START, END)
         ),
         name="target_vectorizer",
     )
@@ -145,23 +141,12 @@ def target_text(french):
 
 
 def make_dataset(vec_en, vec_fr, pairs, batch_size, seed=None):
-    src = vec_en(tf.constant([p[0] for p in pairs]))
-    tgt = vec_fr(target_text([p[1] for p in pairs]))
-    ds = tf.data.Dataset.from_tensor_slices((src, tgt))
-    if seed is not None:
-        ds = ds.shuffle(len(pairs), seed=seed)
-    ds = ds.bucket_by_sequence_length(
-        lambda s, t: tf.cast(tf.math.count_nonzero(t), tf.int32),
-        bucket_boundaries=[5, 7, 9, 12],
-        bucket_batch_sizes=[batch_size] * 5,
+    return seq2seq.teacher_forcing_dataset(
+        vec_en(tf.constant([p[0] for p in pairs])),
+        vec_fr(target_text([p[1] for p in pairs])),
+        batch_size,
+        seed,
     )
-
-    def trim(s, t):  # cut to the batch's longest; shift the target by one
-        s = s[:, : tf.reduce_max(tf.math.count_nonzero(s, axis=1))]
-        t = t[:, : tf.reduce_max(tf.math.count_nonzero(t, axis=1))]
-        return (s, t[:, :-1]), t[:, 1:]
-
-    return ds.map(trim).prefetch(tf.data.AUTOTUNE)
 
 
 """
@@ -293,42 +278,21 @@ searches run in the graph, so they ship inside the SavedModel: strings in;
 translation, tokens and alignment out. An `[UNK]` in the output becomes the
 source word with the highest attention weight.
 
-The headline is cased corpus BLEU (sacrebleu, 13a) against every reference
-of each validation sentence, with lowercased BLEU and exact matches.
+`seq2seq.translation_scores` gives the headline, cased corpus BLEU
+(sacrebleu, 13a) against every reference of each validation sentence, with
+lowercased BLEU and exact matches.
 """
 
 
-def translate_all(translate_fn, sentences):
-    out = [
-        translate_fn(tf.constant(sentences[i : i + 256]))["translation"]
-        for i in range(0, len(sentences), 256)
-    ]
-    return [t.decode() for o in out for t in o.numpy()]
-
-
-def evaluate(translate_fn, pairs):
-    import sacrebleu
-
+def evaluate(translator, pairs, greedy=False):
+    """Scores on `pairs` and the (English, translation) list."""
     refs = collections.defaultdict(list)
     for en, fr in pairs:
         refs[en].append(fr)
     sentences = sorted(refs)
-    hyps = translate_all(translate_fn, sentences)
-    streams = [  # sacrebleu: one stream per reference index
-        [refs[s][j] if j < len(refs[s]) else None for s in sentences]
-        for j in range(max(map(len, refs.values())))
-    ]
-    same = [
-        h in words(refs[s]) for s, h in zip(sentences, words(hyps), strict=True)
-    ]
-    return {
-        "bleu_cased": sacrebleu.corpus_bleu(hyps, streams).score,
-        "bleu_lowercase": sacrebleu.corpus_bleu(
-            hyps, streams, lowercase=True
-        ).score,
-        "exact_match": float(np.mean(same)),
-        "sentences": len(sentences),
-    }, list(zip(sentences, hyps, strict=True))
+    hyps = translator.translate_texts(sentences, greedy)
+    scores = seq2seq.translation_scores(hyps, [refs[s] for s in sentences])
+    return scores, list(zip(sentences, hyps, strict=True))
 
 
 """
@@ -346,18 +310,16 @@ def export(folder, translator, sentences):
     from keras_attn.litert_runtime import LiteRTTranslator
 
     path = os.path.join(translator.save(folder), "model.tflite")
-    keras_out = translate_all(translator.translate_greedy, sentences)
+    keras_out = translator.translate_texts(sentences, greedy=True)
     lite, start = LiteRTTranslator(path), time.perf_counter()
-    same = [
-        lite.translate(s) == k
-        for s, k in zip(sentences, keras_out, strict=True)
-    ]
-    seconds = time.perf_counter() - start
+    lite_out = [lite.translate(s) for s in sentences]
+    seconds = (time.perf_counter() - start) / len(sentences)
+    same = np.mean([a == b for a, b in zip(lite_out, keras_out, strict=True)])
     return {
         "size_bytes": os.path.getsize(path),
         "ops": tflite_op_names(path),
-        "greedy_agreement_with_keras": float(np.mean(same)),
-        "latency_ms_per_sentence": round(1000 * seconds / len(sentences), 2),
+        "greedy_agreement_with_keras": float(same),
+        "latency_ms_per_sentence": round(1000 * seconds, 2),
         "sentences": len(sentences),
     }
 
@@ -404,7 +366,7 @@ def main(
         standardize=split_sentence,
         **{k: hp[k] for k in search},
     )
-    beam, examples = evaluate(translator.translate, val_pairs)
+    beam, examples = evaluate(translator, val_pairs)
     metrics = {
         "model": name,
         "data": os.path.basename(pairs),
@@ -416,7 +378,7 @@ def main(
         },
         "train_wall_time_s": wall and round(wall, 1),
         "val_beam": beam,
-        "val_greedy": evaluate(translator.translate_greedy, val_pairs)[0],
+        "val_greedy": evaluate(translator, val_pairs, greedy=True)[0],
         "examples": examples[:10],
         "bleu": "sacrebleu corpus_bleu, 13a, all references; cased headline",
         "versions": [tf.__version__, keras.__version__, sys.version[:6]],

@@ -16,6 +16,7 @@ MODULES = [
     "keras_attn.seq2seq.attention_decoder",
     "keras_attn.seq2seq.losses",
     "keras_attn.seq2seq.search",
+    "keras_attn.seq2seq.evaluation",
 ]
 
 

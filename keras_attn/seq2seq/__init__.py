@@ -3,7 +3,10 @@
 Backend-agnostic (`keras.ops`): `AttentionDecoder`, `SequenceLoss`,
 `greedy_search`, `sample_search`, `beam_search`. TensorFlow-only serving
 (`Translator`, with SavedModel and LiteRT export) lives in
-`keras_attn.seq2seq.serving` and is imported from here on first use.
+`keras_attn.seq2seq.serving`, scoring (`translation_scores`, BLEU and
+exact match) in `keras_attn.seq2seq.evaluation` and the `tf.data` input
+pipeline (`teacher_forcing_dataset`) in `keras_attn.seq2seq.data`; they are
+imported from here on first use.
 """
 
 from keras_attn.seq2seq.attention_decoder import AttentionDecoder
@@ -24,4 +27,12 @@ def __getattr__(name):
         from keras_attn.seq2seq import serving
 
         return getattr(serving, name)
+    if name == "translation_scores":
+        from keras_attn.seq2seq import evaluation
+
+        return getattr(evaluation, name)
+    if name == "teacher_forcing_dataset":
+        from keras_attn.seq2seq import data
+
+        return getattr(data, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -195,6 +195,22 @@ class Translator(tf.Module):
     def translate_greedy(self, text):
         return self._search(text, "greedy")
 
+    def translate_texts(self, sentences, greedy=False, batch_size=256):
+        """Translate a list of Python strings, `batch_size` at a time, by
+        beam search (or greedy search with `greedy=True`); returns a list
+        of strings."""
+        if batch_size < 1:
+            raise ValueError(
+                f"`batch_size` must be at least 1; received {batch_size!r}."
+            )
+        run = self.translate_greedy if greedy else self.translate
+        sentences = list(sentences)
+        out = []
+        for i in range(0, len(sentences), batch_size):
+            batch = tf.constant(sentences[i : i + batch_size], tf.string)
+            out += [t.decode() for t in run(batch)["translation"].numpy()]
+        return out
+
     def export(self, path, overwrite=False):
         """SavedModel with `translate` (also `serving_default`) and
         `translate_greedy`, through `export.export_module`'s checks."""
