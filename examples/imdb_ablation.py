@@ -70,7 +70,7 @@ def main(argv=None):
             "setting": label,
             "val_accuracy": metrics["val_accuracy"],
             "hop_overlap": overlap,
-            "epochs_run": metrics["epochs_run"],
+            "epochs_run": len(metrics["history"]["loss"]),
             "train_wall_time_s": metrics["train_wall_time_s"],
         }
         table.append(row)

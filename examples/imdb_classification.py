@@ -235,9 +235,7 @@ def save(folder, text_model, metrics):
     text_model.save(os.path.join(folder, "model.keras"))
     export_saved_model(text_model, os.path.join(folder, "saved_model"))
     metrics["versions"] = {
-        "keras_attn": keras_attn.__version__,
-        "keras": keras.__version__,
-        "tensorflow": tf.__version__,
+        **{m.__name__: m.__version__ for m in (keras_attn, keras, tf)},
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
     }
@@ -261,26 +259,18 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
     model = build_model(vectorizer.vocabulary_size(), hp)
     _, history = train(model, train_ds, val_ds, hp, verbose)
     text_model = text_model_of(vectorizer, model)
-    sizes = {k: len(v[0]) for k, v in data.items()}
     metrics = {
         "model": "ssa",
         "data": "tfds imdb_reviews/plain_text/1.0.0",
-        "split": {**sizes, "validation_from": "train, seeded permutation"},
+        "split": {k: len(v[0]) for k, v in data.items()},
         "hyperparameters": hp,
-        "epochs_run": len(history["loss"]),
-        "history": {
-            k: [round(float(v), 5) for v in vs] for k, vs in history.items()
-        },
+        "history": {k: [round(v, 5) for v in vs] for k, vs in history.items()},
         "train_wall_time_s": round(time.time() - start, 1),
-        "val_accuracy": accuracy(text_model, *data["val"]),
         "params": model.count_params(),
     }
-    if evaluate_test:
-        metrics["test_accuracy"] = accuracy(text_model, *data["test"])
-    print(
-        f"validation accuracy {metrics['val_accuracy']:.4f}, test "
-        f"{metrics.get('test_accuracy')}, {metrics['train_wall_time_s']} s"
-    )
+    for split in ("val", "test") if evaluate_test else ("val",):
+        metrics[f"{split}_accuracy"] = accuracy(text_model, *data[split])
+    print({k: v for k, v in metrics.items() if "accuracy" in k or "wall" in k})
     show_attention(text_model, data["val"][0][:3])
     if out:
         save(os.path.join(out, "imdb_ssa"), text_model, metrics)
