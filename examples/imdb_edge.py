@@ -1,13 +1,14 @@
 """
 Title: A full-integer attention classifier for edge hardware
 Author: keras_attn contributors
-Description: An attention-only IMDB model (a `MultiHeadPositional` block
-pooled by `StructuredSelfAttention`) whose LiteRT file is full-integer:
-int8 weights and int8 activations, for NPUs, the Edge TPU and
-microcontrollers.
+Description: An attention-only IMDB model (embeddings of words and
+hashed word pairs, pooled by `StructuredSelfAttention`) whose LiteRT file
+is full-integer: int8 weights and int8 activations, for NPUs, the Edge TPU
+and microcontrollers.
 
-Run it: `python examples/imdb_edge.py --out saved_models` (about half an
-hour on two CPU cores; `--limit 2000 --epochs 1` for a quick look).
+Run it: `python examples/imdb_edge.py --out saved_models` (about ten
+minutes on two CPU cores, most of it measuring the LiteRT files;
+`--limit 2000 --epochs 1` for a quick look).
 Results: docs/results.md.
 """
 
@@ -31,6 +32,7 @@ import time
 import imdb_classification as base
 import keras
 import numpy as np
+from keras import ops
 
 import keras_attn
 from keras_attn import export
@@ -40,7 +42,9 @@ HPARAMS = {
     **base.HPARAMS,
     "max_tokens": 20_000,
     "length": 500,
-    "embed_dim": 64,
+    "embed_dim": 32,
+    "bigram_bins": 100_000,  # hashed word pairs; 0 for words only
+    "blocks": 0,  # MultiHeadPositional blocks before the pooling
     "heads": 4,
     "num_hops": 4,
     "dropout": 0.3,
@@ -53,26 +57,61 @@ HPARAMS = {
 """
 ## The model
 
-Embeddings scaled by `√d` plus sinusoidal positions; one
-`MultiHeadPositional` self-attention block with a residual connection
-(`Add` layers keep the padding mask) and a layer normalization; then
-`StructuredSelfAttention` pools the sequence into a few hops whose weights
-explain the verdict.
+A review's verdict often sits in a pair of words ("not good", "well
+worth"), which a bag of single words cannot see. `HashedBigrams` gives
+every pair of neighbouring words an id: `(w_i · 7919 + w_{i+1})` hashed
+into `bigram_bins − 2` bins, computed in the graph with integer ops (which
+LiteRT runs as int32 builtins, so the tokenizer stays the plain word
+tokenizer); id `1` marks the last word, which has no pair, and `0`
+padding.
+
+Each position's word and word-pair embeddings are added, and
+`StructuredSelfAttention` pools the review into a few hops whose weights
+explain the verdict. Both embeddings use `mask_zero=True`: Keras's `Add`
+drops the mask unless every input carries one. `blocks` adds
+`MultiHeadPositional` self-attention blocks (sinusoidal positions, a
+residual connection and a layer normalization) before the pooling; one
+block was the previous edge model (docs/results.md).
 """
+
+
+@keras.saving.register_keras_serializable(package="imdb_edge")
+class HashedBigrams(keras.layers.Layer):
+    """Ids of neighbouring word pairs, `(B, T)` int32: `0` at padding, `1`
+    for the last word, `2 … num_bins − 1` for the hashed pairs."""
+
+    def __init__(self, num_bins, **kwargs):
+        super().__init__(**kwargs)
+        self.num_bins = num_bins
+
+    def call(self, tokens):
+        first = ops.cast(tokens, "int32")
+        second = ops.pad(first[:, 1:], [[0, 0], [0, 1]])  # the next word
+        ids = ops.mod(first * 7919 + second, self.num_bins - 2) + 2
+        ids = ops.where(second > 0, ids, 1)
+        return ops.where(first > 0, ids, 0)
+
+    def get_config(self):
+        return {**super().get_config(), "num_bins": self.num_bins}
 
 
 def build_model(vocab_size, hp):
     d = hp["embed_dim"]
     tokens = keras.Input((hp["length"],), dtype="int64", name="tokens")
     x = keras.layers.Embedding(vocab_size, d, mask_zero=True)(tokens)
+    if hp["bigram_bins"]:
+        pairs = HashedBigrams(hp["bigram_bins"])(tokens)
+        embed = keras.layers.Embedding(hp["bigram_bins"], d, mask_zero=True)
+        x = keras.layers.Add()([x, embed(pairs)])
     x = keras.layers.Dropout(hp["word_dropout"], noise_shape=(None, None, 1))(x)
-    positions = keras_attn.SinusoidalPositionEncoding()(x)
-    x = keras.layers.Add()([keras.layers.Rescaling(d**0.5)(x), positions])
-    x = keras.layers.Dropout(hp["dropout"] / 2)(x)
-    h = keras_attn.MultiHeadPositional(
-        hp["heads"], d // hp["heads"], position=None, dropout=0.1
-    )(x)
-    x = keras.layers.LayerNormalization()(keras.layers.Add()([x, h]))
+    for _ in range(hp["blocks"]):
+        positions = keras_attn.SinusoidalPositionEncoding()(x)
+        x = keras.layers.Add()([keras.layers.Rescaling(d**0.5)(x), positions])
+        x = keras.layers.Dropout(hp["dropout"] / 2)(x)
+        h = keras_attn.MultiHeadPositional(
+            hp["heads"], d // hp["heads"], position=None, dropout=0.1
+        )(x)
+        x = keras.layers.LayerNormalization()(keras.layers.Add()([x, h]))
     m, a = keras_attn.StructuredSelfAttention(
         hp["attention_units"], hp["num_hops"], hp["penalty"]
     )(x, return_attention_scores=True)
@@ -192,7 +231,7 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
     text_model = base.text_model_of(vectorizer, model)
     split = "test" if evaluate_test else "val"
     metrics = {
-        "model": "edge: MultiHeadPositional + StructuredSelfAttention",
+        "model": "edge: word and word-pair embeddings, StructuredSelfAttention",
         "hyperparameters": hp,
         "params": model.count_params(),
         "train_wall_time_s": round(wall, 1),
@@ -223,5 +262,14 @@ if __name__ == "__main__":
     parser.add_argument("--limit", type=int, help="use only this many reviews")
     parser.add_argument("--epochs", type=int, default=HPARAMS["epochs"])
     parser.add_argument("--no-test", action="store_true", help="no test set")
+    parser.add_argument(
+        "--blocks", type=int, default=HPARAMS["blocks"], help="MHP blocks"
+    )
     args = parser.parse_args()
-    main(args.out, args.limit, not args.no_test, epochs=args.epochs)
+    main(
+        args.out,
+        args.limit,
+        not args.no_test,
+        epochs=args.epochs,
+        blocks=args.blocks,
+    )

@@ -132,6 +132,71 @@ def test_cli_errors_cleanly_on_bad_model(tmp_path, capsys):
         assert "keras-attn: error:" in err and "Traceback" not in err
 
 
+def test_hashed_bigrams_follow_the_formula_and_are_zero_at_padding():
+    import imdb_edge
+    import keras
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(1, 20_000, (3, 9))
+    tokens[0, 5:] = 0
+    tokens[1, 1:] = 0
+    bins = 1009
+    got = keras.ops.convert_to_numpy(imdb_edge.HashedBigrams(bins)(tokens))
+    want = np.zeros_like(got)
+    for b in range(3):
+        for i in range(9):
+            nxt = tokens[b, i + 1] if i < 8 else 0
+            if tokens[b, i] and nxt:
+                want[b, i] = (tokens[b, i] * 7919 + nxt) % (bins - 2) + 2
+            elif tokens[b, i]:
+                want[b, i] = 1  # the last word: no pair
+    np.testing.assert_array_equal(got, want)
+    assert got.min() >= 0 and got.max() < bins
+    assert got[0, 4] == 1 and not got[0, 5:].any() and got[2, 8] == 1
+
+
+@pytest.mark.parametrize("bins, blocks", [(97, 0), (97, 1), (0, 1)])
+def test_edge_model_never_attends_to_padding(bins, blocks):
+    # Keras's Add drops the mask unless every input has one: both
+    # embeddings carry it, so the pooling weights are exactly zero on
+    # padding and a review reads the same with any amount of padding.
+    import imdb_edge
+    import keras
+
+    keras.utils.set_random_seed(0)
+    hp = {
+        **imdb_edge.HPARAMS,
+        "length": 12,
+        "embed_dim": 8,
+        "heads": 2,
+        "attention_units": 8,
+        "num_hops": 2,
+        "bigram_bins": bins,
+        "blocks": blocks,
+    }
+    model = imdb_edge.build_model(50, hp)
+    tokens = np.zeros((2, 12), "int64")
+    tokens[:, :5] = [[3, 9, 4, 7, 12], [3, 9, 4, 7, 12]]
+    tokens[1, 5:8] = [8, 8, 8]
+    out = model(tokens)
+    weights = keras.ops.convert_to_numpy(out["attention"])
+    assert not weights[0, :, 5:].any() and not weights[1, :, 8:].any()
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    # Whatever the padding rows of the embeddings hold, nothing changes.
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Embedding):
+            table = keras.ops.convert_to_numpy(layer.embeddings).copy()
+            table[0] = 50.0 * rng_rows(table.shape[1])
+            layer.embeddings.assign(table)
+    again = keras.ops.convert_to_numpy(model(tokens)["probability"])
+    first = keras.ops.convert_to_numpy(out["probability"])
+    np.testing.assert_allclose(again, first, atol=1e-5)
+
+
+def rng_rows(width):
+    return np.random.default_rng(1).normal(size=width).astype("float32")
+
+
 @pytest.mark.slow
 @needs_data
 def test_edge_model_tiny_slice_converts_to_full_integer(tmp_path):
@@ -147,6 +212,7 @@ def test_edge_model_tiny_slice_converts_to_full_integer(tmp_path):
         embed_dim=16,
         attention_units=8,
         num_hops=2,
+        bigram_bins=500,
         calibration=50,
     )
     folder = tmp_path / "imdb_edge"
