@@ -45,6 +45,8 @@ HPARAMS = {
     "embed_dim": 32,
     "bigram_bins": 100_000,  # hashed word pairs; 0 for words only
     "blocks": 0,  # MultiHeadPositional blocks before the pooling
+    "chunk": 25,  # tokens per chunk of the two-level pooling; 0: one level
+    "chunk_hops": 2,  # hops within each chunk
     "heads": 4,
     "num_hops": 4,
     "dropout": 0.3,
@@ -95,6 +97,59 @@ class HashedBigrams(keras.layers.Layer):
         return {**super().get_config(), "num_bins": self.num_bins}
 
 
+@keras.saving.register_keras_serializable(package="imdb_edge")
+class ChunkedAttentionPooling(keras.layers.Layer):
+    """`StructuredSelfAttention` within each chunk of `chunk` tokens, then
+    over the chunks; returns the pooled `(B, num_hops, chunk_hops · D)`
+    and each token's weight `(B, num_hops, T)` (chunk weight times the
+    token's mean weight within its chunk)."""
+
+    def __init__(self, chunk, units, chunk_hops, num_hops, penalty, **kwargs):
+        super().__init__(**kwargs)
+        self.chunk, self.units, self.penalty = chunk, units, penalty
+        self.chunk_hops, self.num_hops = chunk_hops, num_hops
+        self.within = keras_attn.StructuredSelfAttention(
+            units, chunk_hops, penalty, name="within_chunks"
+        )
+        self.across = keras_attn.StructuredSelfAttention(
+            units, num_hops, penalty, name="across_chunks"
+        )
+
+    def build(self, input_shape):
+        length, d = input_shape[1], input_shape[2]
+        if length % self.chunk:
+            raise ValueError(
+                f"The length ({length}) must be a multiple of `chunk` "
+                f"({self.chunk})."
+            )
+        self.within.build((None, self.chunk, d))
+        self.across.build((None, length // self.chunk, self.chunk_hops * d))
+
+    def call(self, x, mask=None):
+        length, d = x.shape[1], x.shape[2]
+        n = length // self.chunk
+        rows = ops.reshape(x, (-1, self.chunk, d))  # (B·n, chunk, D)
+        row_mask = chunk_mask = None
+        if mask is not None:
+            row_mask = ops.reshape(mask, (-1, self.chunk))
+            chunk_mask = ops.any(ops.reshape(mask, (-1, n, self.chunk)), -1)
+        m, a = self.within(rows, mask=row_mask, return_attention_scores=True)
+        pooled = ops.reshape(m, (-1, n, self.chunk_hops * d))
+        m, top = self.across(
+            pooled, mask=chunk_mask, return_attention_scores=True
+        )  # m: (B, hops, chunk_hops·D), top: (B, hops, n)
+        a = ops.reshape(ops.mean(a, axis=1), (-1, 1, n, self.chunk))
+        weights = ops.reshape(top[..., None] * a, (-1, self.num_hops, length))
+        return m, weights
+
+    def compute_mask(self, x, mask=None):
+        return None
+
+    def get_config(self):
+        names = ("chunk", "units", "chunk_hops", "num_hops", "penalty")
+        return {**super().get_config(), **{k: getattr(self, k) for k in names}}
+
+
 def build_model(vocab_size, hp):
     d = hp["embed_dim"]
     tokens = keras.Input((hp["length"],), dtype="int64", name="tokens")
@@ -112,9 +167,18 @@ def build_model(vocab_size, hp):
             hp["heads"], d // hp["heads"], position=None, dropout=0.1
         )(x)
         x = keras.layers.LayerNormalization()(keras.layers.Add()([x, h]))
-    m, a = keras_attn.StructuredSelfAttention(
-        hp["attention_units"], hp["num_hops"], hp["penalty"]
-    )(x, return_attention_scores=True)
+    if hp["chunk"]:
+        m, a = ChunkedAttentionPooling(
+            hp["chunk"],
+            hp["attention_units"],
+            hp["chunk_hops"],
+            hp["num_hops"],
+            hp["penalty"],
+        )(x)
+    else:
+        m, a = keras_attn.StructuredSelfAttention(
+            hp["attention_units"], hp["num_hops"], hp["penalty"]
+        )(x, return_attention_scores=True)
     x = keras.layers.Dropout(hp["dropout"])(keras.layers.Flatten()(m))
     x = keras.layers.Dense(64, activation="relu")(x)
     prob = keras.layers.Dense(1, activation="sigmoid", name="probability")(x)

@@ -155,11 +155,14 @@ def test_hashed_bigrams_follow_the_formula_and_are_zero_at_padding():
     assert got[0, 4] == 1 and not got[0, 5:].any() and got[2, 8] == 1
 
 
-@pytest.mark.parametrize("bins, blocks", [(97, 0), (97, 1), (0, 1)])
-def test_edge_model_never_attends_to_padding(bins, blocks):
+@pytest.mark.parametrize(
+    "bins, blocks, chunk", [(97, 0, 4), (97, 1, 0), (0, 1, 4), (97, 0, 0)]
+)
+def test_edge_model_never_attends_to_padding(bins, blocks, chunk):
     # Keras's Add drops the mask unless every input has one: both
     # embeddings carry it, so the pooling weights are exactly zero on
-    # padding and a review reads the same with any amount of padding.
+    # padding, whole chunks of padding included, and what the padding
+    # rows of the embeddings hold changes nothing.
     import imdb_edge
     import keras
 
@@ -173,6 +176,7 @@ def test_edge_model_never_attends_to_padding(bins, blocks):
         "num_hops": 2,
         "bigram_bins": bins,
         "blocks": blocks,
+        "chunk": chunk,
     }
     model = imdb_edge.build_model(50, hp)
     tokens = np.zeros((2, 12), "int64")
@@ -236,3 +240,29 @@ def test_edge_model_tiny_slice_converts_to_full_integer(tmp_path):
     assert full["size_bytes"] == sizes["int8"] and full["ops"] == ops_used
     assert full["val_accuracy"] == metrics["val_accuracy_litert_int8"]
     assert report["split"] == "val" and "imdb_edge.py" in report["command"]
+
+
+def test_edge_model_reloads_from_keras_file(tmp_path):
+    import imdb_edge
+    import keras
+
+    keras.utils.set_random_seed(0)
+    hp = {
+        **imdb_edge.HPARAMS,
+        "length": 12,
+        "embed_dim": 8,
+        "attention_units": 8,
+        "num_hops": 2,
+        "bigram_bins": 97,
+        "chunk": 4,
+    }
+    model = imdb_edge.build_model(50, hp)
+    tokens = np.array([[3, 9, 4, 7, 12, 5, 0, 0, 0, 0, 0, 0]], "int64")
+    model.save(tmp_path / "edge.keras")
+    again = keras.models.load_model(tmp_path / "edge.keras")
+    for key in ("probability", "attention"):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(again(tokens)[key]),
+            keras.ops.convert_to_numpy(model(tokens)[key]),
+            atol=1e-6,
+        )
