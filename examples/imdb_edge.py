@@ -48,7 +48,7 @@ HPARAMS = {
     "chunk": 25,  # tokens per chunk of the two-level pooling; 0: one level
     "chunk_hops": 2,  # hops within each chunk
     "heads": 4,
-    "num_hops": 4,
+    "num_hops": 8,
     "dropout": 0.3,
     "word_dropout": 0.2,
     "learning_rate": 1e-3,

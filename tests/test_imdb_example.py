@@ -212,7 +212,7 @@ def test_edge_model_tiny_slice_converts_to_full_integer(tmp_path):
         evaluate_test=False,
         verbose=0,
         epochs=1,
-        length=48,
+        length=50,
         embed_dim=16,
         attention_units=8,
         num_hops=2,
