@@ -37,7 +37,11 @@ under `keras.distribution`; `keras_attn.distribute.layout_map` tells
 | `model-parallel` | JAX | attention heads, over the local devices |
 
 On a CPU, `XLA_FLAGS=--xla_force_host_platform_device_count=2` gives JAX
-two devices to split over.
+two devices to split over. JAX also runs one process per machine:
+`--processes 2 --process-id I --coordinator HOST:PORT` (the same
+coordinator, process 0's address, everywhere) joins them through
+`keras_attn.distribute.initialize_jax`, and `data-parallel` or
+`model-parallel` then splits over every process's devices.
 """
 
 import argparse
@@ -70,7 +74,23 @@ def parse_args(argv=None):
         help="no dropout, so that losses can be compared with one device",
     )
     parser.add_argument("--losses", help="write the per-step losses (JSON)")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--processes", type=int, default=1, help="JAX: processes in the job"
+    )
+    parser.add_argument("--process-id", type=int, default=0, help="JAX")
+    parser.add_argument(
+        "--coordinator", help="JAX: host:port of process 0 (with --processes)"
+    )
+    args = parser.parse_args(argv)
+    if args.processes > 1 and (
+        STRATEGIES[args.strategy] != "jax" or not args.coordinator
+    ):
+        parser.error(
+            "--processes > 1 needs --strategy data-parallel or model-parallel "
+            f"and --coordinator; received --strategy {args.strategy} and "
+            f"--coordinator {args.coordinator}"
+        )
+    return args
 
 
 """
@@ -81,7 +101,7 @@ also be created before any other TensorFlow op, so it comes first.
 """
 
 
-def start(strategy_name):
+def start(strategy_name, processes=1, process_id=0, coordinator=None):
     backend = STRATEGIES[strategy_name] or os.environ.get(
         "KERAS_BACKEND", "tensorflow"
     )
@@ -109,6 +129,10 @@ def start(strategy_name):
         import tensorflow as tf
 
         return tf.distribute.get_strategy()
+    if processes > 1:  # one JAX job over several processes
+        from keras_attn.distribute import initialize_jax
+
+        initialize_jax(coordinator, processes, process_id)
     return None  # JAX
 
 
@@ -217,13 +241,22 @@ def train_jax(args, hp, train, vocab_size):
         **history,
         "running_loss": running.seen,
         "devices": len(devices),
+        "processes": jax_process_count(),
         "shards": shards,
     }
 
 
+def jax_process_count():
+    import jax
+
+    return jax.process_count()
+
+
 def main(argv=None):
     args = parse_args(argv)
-    strategy = start(args.strategy)
+    strategy = start(
+        args.strategy, args.processes, args.process_id, args.coordinator
+    )
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import imdb_classification
     import imdb_mhp

@@ -13,7 +13,9 @@ Two paths, one per backend family:
 - **JAX** (`keras.distribution`): `model.fit` works as it is under
   `keras.distribution.DataParallel`; `layout_map` shards the projections
   of `MultiHeadPositional` (and of Keras's `MultiHeadAttention`, which has
-  the same weight names) for `keras.distribution.ModelParallel`.
+  the same weight names) for `keras.distribution.ModelParallel`;
+  `initialize_jax` joins several processes (machines) into one job, CPU
+  processes included.
 
 `examples/imdb_distributed.py` runs every path; docs/distributed.md shows
 how to start the workers.
@@ -25,7 +27,13 @@ import time
 
 import keras
 
-__all__ = ["fit", "layout_map", "multi_worker_strategy", "tf_config"]
+__all__ = [
+    "fit",
+    "initialize_jax",
+    "layout_map",
+    "multi_worker_strategy",
+    "tf_config",
+]
 
 
 def tf_config(workers, index):
@@ -47,6 +55,50 @@ def tf_config(workers, index):
             "task": {"type": "worker", "index": index},
         }
     )
+
+
+def initialize_jax(coordinator, num_processes, process_id):
+    """Join a multi-process JAX job (one process per machine or device).
+
+    Call it first thing in every process, before any other JAX op (JAX's
+    rule), with the same `coordinator` and `num_processes` and each
+    process's own `process_id`. It is `keras.distribution.initialize`,
+    with Gloo collectives switched on so that processes on CPUs can talk
+    (JAX has none for CPUs by default). Afterwards
+    `keras.distribution.list_devices()` lists every process's devices, and
+    `keras.distribution.DataParallel` splits each global batch between the
+    processes (`model.fit` shards a `tf.data.Dataset` of global batches).
+
+    Args:
+        coordinator: "host:port" where process 0 listens.
+        num_processes: the number of processes in the job.
+        process_id: this process's index in `[0, num_processes)`; process 0
+            is the coordinator.
+    """
+    if keras.backend.backend() != "jax":
+        raise ValueError(
+            "initialize_jax needs the JAX backend (KERAS_BACKEND=jax); "
+            f"received backend {keras.backend.backend()!r}"
+        )
+    if not isinstance(coordinator, str) or ":" not in coordinator:
+        raise ValueError(
+            "`coordinator` must be a 'host:port' string; received "
+            f"coordinator={coordinator!r}"
+        )
+    if not isinstance(num_processes, int) or num_processes < 1:
+        raise ValueError(
+            "`num_processes` must be a positive integer; received "
+            f"num_processes={num_processes!r}"
+        )
+    if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
+        raise ValueError(
+            f"`process_id` must be an integer in [0, {num_processes}); "
+            f"received process_id={process_id!r}"
+        )
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    keras.distribution.initialize(coordinator, num_processes, process_id)
 
 
 def multi_worker_strategy():

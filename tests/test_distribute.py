@@ -171,6 +171,22 @@ def test_layout_map_shards_heads_of_multi_head_positional():
         distribute.layout_map(mesh, model_parallel_dim_name="heads")
 
 
+def test_initialize_jax_checks_its_arguments(monkeypatch):
+    if keras.backend.backend() != "jax":
+        with pytest.raises(ValueError, match="needs the JAX backend"):
+            distribute.initialize_jax("localhost:1234", 2, 0)
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    cases = [
+        (("localhost", 2, 0), "`coordinator` must be a 'host:port'"),
+        (("localhost:1", 0, 0), "`num_processes` must be a positive"),
+        (("localhost:1", 2, 2), r"`process_id` must be an integer in \[0, 2\)"),
+        (("localhost:1", 2, -1), "received process_id=-1"),
+    ]
+    for args, match in cases:
+        with pytest.raises(ValueError, match=match):
+            distribute.initialize_jax(*args)
+
+
 def free_ports(n):
     sockets = [socket.socket() for _ in range(n)]
     for s in sockets:
@@ -245,6 +261,42 @@ def test_mirrored_strategy_on_two_devices_matches_one_device(tmp_path):
     one = example(["--strategy", "one-device"], tmp_path, "one", env)
     two = example(["--strategy", "mirrored"], tmp_path, "two", env)
     assert_close_in_ulps(two["step_loss"], one["step_loss"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model, strategy", [("ssa", "data-parallel"), ("mhp", "model-parallel")]
+)
+def test_two_jax_processes_on_loopback_match_one_device(
+    tmp_path, model, strategy
+):
+    # One JAX job over two processes, one CPU device each, joined through
+    # keras_attn.distribute.initialize_jax (Gloo collectives).
+    pytest.importorskip("jax")
+    env = {"KERAS_BACKEND": "jax", "XLA_FLAGS": ""}
+    args = ["--model", model]
+    one = example([*args, "--strategy", "one-device"], tmp_path, "one", env)
+    coordinator = f"localhost:{free_ports(1)[0]}"
+    procs = [
+        example(
+            [*args, "--strategy", strategy, "--processes", "2"]
+            + ["--process-id", str(i), "--coordinator", coordinator],
+            tmp_path,
+            f"process{i}",
+            env,
+            wait=False,
+        )
+        for i in range(2)
+    ]
+    results = [finish(*p) for p in procs]
+    assert len(one["running_loss"]) == 16
+    for result in results:
+        assert result["devices"] == 2 and result["processes"] == 2
+        np.testing.assert_allclose(
+            result["running_loss"], one["running_loss"], rtol=1e-6
+        )
+        if strategy == "model-parallel":  # each process holds 2 of 4 heads
+            assert list(result["shards"].values()) == [[[128, 2, 32]]] * 2
 
 
 @pytest.mark.slow
