@@ -141,12 +141,13 @@ def build_model(vocab_size, hp):
     x = keras.layers.Bidirectional(
         keras.layers.LSTM(hp["lstm_units"], return_sequences=True)
     )(x)
-    m, a = StructuredSelfAttention(
-        units=hp["attention_units"],
-        num_hops=hp["num_hops"],
-        penalty_coefficient=hp["penalty"],
+    ssa = StructuredSelfAttention(
+        hp["attention_units"],
+        hp["num_hops"],
+        hp["penalty"],
         name="structured_self_attention",
-    )(x, return_attention_scores=True)  # m: (B, hops, 2*lstm), a: (B, hops, T)
+    )
+    m, a = ssa(x, return_attention_scores=True)  # (B, r, 2·lstm), (B, r, T)
     x = keras.layers.Flatten()(m)
     x = keras.layers.Dropout(hp["dropout"])(x)
     x = keras.layers.Dense(128, activation="relu")(x)
@@ -168,16 +169,14 @@ keeps the best epoch's weights.
 
 
 def train(model, train_ds, val_ds, hp, verbose=2):
+    """Returns the training time (s) and the history."""
     trainer = keras.Model(model.input, model.output["probability"])
-    trainer.compile(
-        optimizer=keras.optimizers.AdamW(
-            hp["learning_rate"], weight_decay=hp["weight_decay"], clipnorm=1.0
-        ),
-        loss="binary_crossentropy",
-        metrics=["accuracy"],
+    optimizer = keras.optimizers.AdamW(
+        hp["learning_rate"], weight_decay=hp["weight_decay"], clipnorm=1.0
     )
+    trainer.compile(optimizer, "binary_crossentropy", metrics=["accuracy"])
     stop = keras.callbacks.EarlyStopping(
-        monitor="val_accuracy",
+        "val_accuracy",
         mode="max",
         patience=hp["patience"],
         restore_best_weights=True,
@@ -185,10 +184,10 @@ def train(model, train_ds, val_ds, hp, verbose=2):
     start = time.time()
     history = trainer.fit(
         train_ds,
-        validation_data=val_ds,
         epochs=hp["epochs"],
-        callbacks=[stop],
         verbose=verbose,
+        validation_data=val_ds,
+        callbacks=[stop],
     )
     return time.time() - start, history.history
 
