@@ -420,4 +420,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--word-dropout", type=float, default=HPARAMS["word_dropout"]
     )
+    parser.add_argument(
+        "--time-limit", type=int, default=HPARAMS["time_limit"], help="s"
+    )
     main(**vars(parser.parse_args()))
