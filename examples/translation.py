@@ -52,7 +52,6 @@ HPARAMS = {
     "embed_dim": 128,
     "rank": 64,  # for "low_rank"
     "dropout": 0.2,
-    "word_dropout": 0.0,  # whole source/target words dropped in training
     "learning_rate": 2e-3,
     "label_smoothing": 0.1,
     "source_length": 16,
@@ -177,20 +176,11 @@ class TiedOutput(keras.layers.Layer):
         return ops.matmul(x, ops.cast(kernel, x.dtype)) + self.bias
 
 
-def word_dropout(x, hp):
-    """Drops whole words (one draw per position) in training."""
-    if not hp["word_dropout"]:  # no layer at all: the same initialization
-        return x
-    return keras.layers.Dropout(
-        hp["word_dropout"], noise_shape=(None, None, 1)
-    )(x)
-
-
 def build_models(src_vocab, tgt_vocab, hp):
     u, e = hp["units"], hp["embed_dim"]
     src = keras.Input((None,), dtype="int32", name="source")
     x = keras.layers.Embedding(src_vocab, e, mask_zero=True)(src)
-    x = keras.layers.Dropout(hp["dropout"])(word_dropout(x, hp))
+    x = keras.layers.Dropout(hp["dropout"])(x)
     memory, fwd, bwd = keras.layers.Bidirectional(
         keras.layers.GRU(u // 2, return_sequences=True, return_state=True)
     )(x)  # memory: (B, S, u)
@@ -218,8 +208,7 @@ def build_models(src_vocab, tgt_vocab, hp):
         name="head",
     )
     tgt = keras.Input((None,), dtype="int32", name="target_in")
-    y = word_dropout(embed(tgt), hp)
-    outputs, _, _ = decoder(y, memory, initial_state=[state])
+    outputs, _, _ = decoder(embed(tgt), memory, initial_state=[state])
     trainer = keras.Model([src, tgt], head(outputs), name="translator")
 
     def encode(source):
@@ -417,9 +406,6 @@ if __name__ == "__main__":
     parser = parse_args(__doc__.split("\n")[1])
     scores = ["additive", "dot", "general", "low_rank"]
     parser.add_argument("--score", default="additive", choices=scores)
-    parser.add_argument(
-        "--word-dropout", type=float, default=HPARAMS["word_dropout"]
-    )
     parser.add_argument(
         "--time-limit", type=int, default=HPARAMS["time_limit"], help="s"
     )

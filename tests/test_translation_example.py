@@ -53,7 +53,6 @@ def test_step_fn_matches_teacher_forcing(architecture):
         "heads": 2,
         "feed_forward_dim": 16,
         "target_length": 6,
-        "word_dropout": 0.3,  # training only: inference must not see it
     }
     build = (
         translation_transformer.build_transformer
