@@ -98,7 +98,8 @@ def build_parser():
         "--dynamic-length",
         action="store_true",
         help="LiteRT input of variable length: each text runs at its own "
-        "length (recurrent models get faster; not with int8)",
+        "length (recurrent models get faster; with int8 only for models "
+        "without a recurrent layer)",
     )
     p.add_argument(
         "--overwrite",
