@@ -333,14 +333,5 @@ if __name__ == "__main__":
     parser.add_argument("--limit", type=int, help="use only this many reviews")
     parser.add_argument("--epochs", type=int, default=HPARAMS["epochs"])
     parser.add_argument("--no-test", action="store_true", help="no test set")
-    parser.add_argument(
-        "--blocks", type=int, default=HPARAMS["blocks"], help="MHP blocks"
-    )
     args = parser.parse_args()
-    main(
-        args.out,
-        args.limit,
-        not args.no_test,
-        epochs=args.epochs,
-        blocks=args.blocks,
-    )
+    main(args.out, args.limit, not args.no_test, epochs=args.epochs)

@@ -155,6 +155,18 @@ def test_hashed_bigrams_follow_the_formula_and_are_zero_at_padding():
     assert got[0, 4] == 1 and not got[0, 5:].any() and got[2, 8] == 1
 
 
+def tiny_edge_model(**overrides):
+    """`imdb_edge.build_model` at length 12, 8 wide, 50 words."""
+    import imdb_edge
+    import keras
+
+    keras.utils.set_random_seed(0)
+    small = dict(length=12, embed_dim=8, heads=2, attention_units=8)
+    return imdb_edge.build_model(
+        50, {**imdb_edge.HPARAMS, **small, "num_hops": 2, **overrides}
+    )
+
+
 @pytest.mark.parametrize(
     "bins, blocks, chunk", [(97, 0, 4), (97, 1, 0), (0, 1, 4), (97, 0, 0)]
 )
@@ -163,22 +175,9 @@ def test_edge_model_never_attends_to_padding(bins, blocks, chunk):
     # embeddings carry it, so the pooling weights are exactly zero on
     # padding, whole chunks of padding included, and what the padding
     # rows of the embeddings hold changes nothing.
-    import imdb_edge
     import keras
 
-    keras.utils.set_random_seed(0)
-    hp = {
-        **imdb_edge.HPARAMS,
-        "length": 12,
-        "embed_dim": 8,
-        "heads": 2,
-        "attention_units": 8,
-        "num_hops": 2,
-        "bigram_bins": bins,
-        "blocks": blocks,
-        "chunk": chunk,
-    }
-    model = imdb_edge.build_model(50, hp)
+    model = tiny_edge_model(bigram_bins=bins, blocks=blocks, chunk=chunk)
     tokens = np.zeros((2, 12), "int64")
     tokens[:, :5] = [[3, 9, 4, 7, 12], [3, 9, 4, 7, 12]]
     tokens[1, 5:8] = [8, 8, 8]
@@ -243,20 +242,9 @@ def test_edge_model_tiny_slice_converts_to_full_integer(tmp_path):
 
 
 def test_edge_model_reloads_from_keras_file(tmp_path):
-    import imdb_edge
     import keras
 
-    keras.utils.set_random_seed(0)
-    hp = {
-        **imdb_edge.HPARAMS,
-        "length": 12,
-        "embed_dim": 8,
-        "attention_units": 8,
-        "num_hops": 2,
-        "bigram_bins": 97,
-        "chunk": 4,
-    }
-    model = imdb_edge.build_model(50, hp)
+    model = tiny_edge_model(bigram_bins=97, chunk=4)
     tokens = np.array([[3, 9, 4, 7, 12, 5, 0, 0, 0, 0, 0, 0]], "int64")
     model.save(tmp_path / "edge.keras")
     again = keras.models.load_model(tmp_path / "edge.keras")
