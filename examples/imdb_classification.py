@@ -229,15 +229,20 @@ the LiteRT files.
 """
 
 
-def save(folder, text_model, metrics):
-    os.makedirs(folder, exist_ok=True)
-    text_model.save(os.path.join(folder, "model.keras"))
-    export_saved_model(text_model, os.path.join(folder, "saved_model"))
-    metrics["versions"] = {
+def versions():
+    """What made a run: library versions, Python and the machine."""
+    return {
         **{m.__name__: m.__version__ for m in (keras_attn, keras, tf)},
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
     }
+
+
+def save(folder, text_model, metrics):
+    os.makedirs(folder, exist_ok=True)
+    text_model.save(os.path.join(folder, "model.keras"))
+    export_saved_model(text_model, os.path.join(folder, "saved_model"))
+    metrics["versions"] = versions()
     with open(os.path.join(folder, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
 

@@ -197,6 +197,7 @@ def train_tf(strategy, args, hp, train, vocab_size):
 
 
 def train_jax(args, hp, train, vocab_size):
+    import jax
     import keras
 
     from keras_attn import distribute
@@ -241,15 +242,9 @@ def train_jax(args, hp, train, vocab_size):
         **history,
         "running_loss": running.seen,
         "devices": len(devices),
-        "processes": jax_process_count(),
+        "processes": jax.process_count(),
         "shards": shards,
     }
-
-
-def jax_process_count():
-    import jax
-
-    return jax.process_count()
 
 
 def main(argv=None):

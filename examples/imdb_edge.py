@@ -26,7 +26,6 @@ those of `imdb_classification.py`.
 import argparse
 import json
 import os
-import platform
 import tempfile
 import time
 
@@ -297,12 +296,7 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
     split = "test" if evaluate_test else "val"
     metrics = {
         "model": "edge: word and word-pair embeddings, StructuredSelfAttention",
-        "versions": {
-            "tensorflow": base.tf.__version__,
-            "keras": keras.__version__,
-            "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
-        },
+        "versions": base.versions(),
         "hyperparameters": hp,
         "params": model.count_params(),
         "train_wall_time_s": round(wall, 1),
