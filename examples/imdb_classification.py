@@ -67,24 +67,24 @@ once, at the end.
 
 
 def load_imdb(limit=None, val_fraction=0.1, seed=1337):
-    def split(name):
-        x, y = tfds.load(
-            "imdb_reviews", split=name, batch_size=-1, as_supervised=True
+    """`{"train", "val", "test"}`: (texts, labels) arrays; `limit` keeps
+    that many training and test reviews, drawn at random."""
+    (x, y), (test_x, test_y) = (
+        tfds.as_numpy(
+            tfds.load(
+                "imdb_reviews", split=s, batch_size=-1, as_supervised=True
+            )
         )
-        return x.numpy(), y.numpy().astype("float32")
-
-    (train_x, train_y), (test_x, test_y) = split("train"), split("test")
+        for s in ("train", "test")
+    )
     rng = np.random.default_rng(seed)
-    order = rng.permutation(len(train_x))[:limit]
-    n_val = int(len(order) * val_fraction)
-    val, train = order[:n_val], order[n_val:]
-    if limit:
-        keep = rng.permutation(len(test_x))[:limit]
-        test_x, test_y = test_x[keep], test_y[keep]
+    order = rng.permutation(len(x))[:limit]
+    val, train = np.split(order, [int(len(order) * val_fraction)])
+    test = rng.permutation(len(test_x))[:limit] if limit else slice(None)
     return {
-        "train": (train_x[train], train_y[train]),
-        "val": (train_x[val], train_y[val]),
-        "test": (test_x, test_y),
+        "train": (x[train], y[train].astype("float32")),
+        "val": (x[val], y[val].astype("float32")),
+        "test": (test_x[test], test_y[test].astype("float32")),
     }
 
 
@@ -113,11 +113,8 @@ def make_vectorizer(texts, max_tokens, length):
 def token_dataset(vectorizer, texts, labels, batch_size, seed=None):
     """Batches of (token ids, label), shuffled when a seed is given."""
     ds = tf.data.Dataset.from_tensor_slices((texts, labels))
-    if seed is not None:
-        ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.batch(batch_size).map(
-        lambda x, y: (vectorizer(x), y), num_parallel_calls=tf.data.AUTOTUNE
-    )
+    ds = ds.shuffle(len(texts), seed=seed) if seed is not None else ds
+    ds = ds.batch(batch_size).map(lambda x, y: (vectorizer(x), y), -1)
     return (ds if seed is not None else ds.cache()).prefetch(-1)
 
 

@@ -22,15 +22,12 @@ one batched attention call); for search, one token at a time.
 """
 
 import argparse
-import collections
 import json
 import os
-import re
 import sys
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 from keras import ops
 
@@ -38,14 +35,16 @@ from keras_attn import seq2seq
 from keras_attn.seq2seq import AttentionDecoder
 from keras_attn.text import split_sentence
 
-START, END, UNK = "[start]", "[end]", "[UNK]"
+START, END = "[start]", "[end]"
 DEFAULT_PAIRS = os.path.join(
     os.path.dirname(os.path.abspath(__file__)),
     *"../../shared/data/translation/pairs.tsv".split("/"),
 )
 # The settings of the shipped `saved_models/translation_en_fr`.
 HPARAMS = {
-    "score": "additive",  # or "dot", "general", "low_rank"
+    "score": ["additive", "general", "low_rank"],  # member k: score[k]
+    "members": 3,  # models trained side by side, decoded as an ensemble
+    "int8_weights": True,  # int8 Embedding/Dense; dynamic-range LiteRT
     "epochs": 40,
     "batch_size": 64,
     "units": 256,
@@ -66,87 +65,49 @@ HPARAMS = {
 }
 
 """
-## Load the data
+## Prepare the data
 
-A TSV of `English<TAB>French` pairs (Tatoeba). We split by English
-sentence, so that no validation sentence is seen in training, and keep
-every French translation of a sentence as a BLEU reference.
-"""
-
-
-def load_pairs(path, limit=None):
-    if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"No sentence pairs at {path!r}: pass --pairs FILE (English<TAB>"
-            "French per line; fra-eng from https://www.manythings.org/anki/)"
-        )
-    with open(path, encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f]
-    return [(r[0], r[1]) for r in rows if len(r) > 1 and r[0] and r[1]][:limit]
-
-
-def split_by_english(pairs, val_fraction, seed):
-    """Train/validation pairs, no English sentence on both sides."""
-    english = sorted({en for en, _ in pairs})
-    order = np.random.default_rng(seed).permutation(len(english))
-    cut = max(1, int(len(english) * val_fraction))
-    val_set = {english[i] for i in order[:cut]}
-    train = [p for p in pairs if p[0] not in val_set]
-    return train, [p for p in pairs if p[0] in val_set]
-
-
-"""
-## Vectorize, keeping the case
-
-`split_sentence` splits off punctuation, keeps the apostrophe with the
-word before it (`l'` `homme`) and keeps the case. Words with a digit never
-enter a vocabulary: numbers (and rare names) become `[UNK]` on both sides,
-the model learns to put an `[UNK]` where the source has one, and the
+A TSV of `English<TAB>French` pairs (Tatoeba). `seq2seq.split_by_source`
+holds out whole English sentences (never seen in training) with every
+French translation of each as a BLEU reference. `split_sentence` splits
+off punctuation, keeps the apostrophe with the word before it (`l'`
+`homme`) and keeps the case. `seq2seq.word_vocabulary` leaves out words
+with a digit: numbers (and rare names) become `[UNK]` on both sides, the
+model learns to put an `[UNK]` where the source has one, and the
 translator copies the source word its attention points at (unknown-word
 replacement, Luong et al. 2015).
 """
 
 
-def vocabulary(texts, max_tokens, extra=()):
-    """The most frequent words that hold no digit, after `extra`."""
-    split = split_sentence(tf.constant(texts)).numpy()
-    counts = collections.Counter(w for t in split for w in t.decode().split())
-    kept = [w for w, _ in counts.most_common() if not re.search(r"\d", w)]
-    return list(extra) + kept[: max_tokens - 2 - len(extra)]
-
-
 def make_vectorizers(train, hp):
+    """English (raw text in) and French (split text in) vectorizers."""
+
+    def words(texts, reserved=()):
+        n = hp["max_tokens"]
+        return seq2seq.word_vocabulary(texts, n, split_sentence, reserved)
+
     en = keras.layers.TextVectorization(
         standardize=split_sentence,
         output_sequence_length=hp["source_length"],
-        vocabulary=vocabulary([p[0] for p in train], hp["max_tokens"]),
-        name="source_vectorizer",
+        vocabulary=words([p[0] for p in train]),
     )
     fr = keras.layers.TextVectorization(
         standardize=None,
-        split="whitespace",
         output_sequence_length=hp["target_length"] + 1,
-        vocabulary=vocabulary(
-            [p[1] for p in train], hp["max_tokens"], (START, END)
-        ),
-        name="target_vectorizer",
+        vocabulary=words([p[1] for p in train], (START, END)),
     )
     return en, fr
 
 
-def target_text(french):
-    return tf.strings.join(
-        [START, split_sentence(tf.constant(french)), END], " "
-    )
-
-
-def make_dataset(vec_en, vec_fr, pairs, batch_size, seed=None):
-    return seq2seq.teacher_forcing_dataset(
+def make_dataset(vec_en, vec_fr, pairs, batch_size, seed=None, members=1):
+    french = split_sentence(tf.constant([p[1] for p in pairs]))
+    ds = seq2seq.teacher_forcing_dataset(
         vec_en(tf.constant([p[0] for p in pairs])),
-        vec_fr(target_text([p[1] for p in pairs])),
+        vec_fr(tf.strings.join([START, french, END], " ")),
         batch_size,
         seed,
-    )
+    )  # one copy of the targets per ensemble member
+    return ds.map(lambda x, y: (x, (y,) * members)) if members > 1 else ds
 
 
 """
@@ -155,7 +116,9 @@ def make_dataset(vec_en, vec_fr, pairs, batch_size, seed=None):
 The training model runs the decoder over whole target sentences (teacher
 forcing); `encode` and `step_fn` reuse its layers one token at a time, in
 the form `keras_attn.seq2seq`'s searches take. The output layer reuses the
-target embedding (`W_y = E P`, Press & Wolf 2017).
+target embedding (`W_y = E P`, Press & Wolf 2017). With `members > 1`
+several such models train side by side, each on its own loss, and
+`seq2seq.ensemble` decodes with the mean of their probabilities.
 """
 
 
@@ -172,31 +135,34 @@ class TiedOutput(keras.layers.Layer):
         )
 
     def call(self, x):
-        kernel = ops.transpose(self.embedding.embeddings)  # (e, V)
-        return ops.matmul(x, ops.cast(kernel, x.dtype)) + self.bias
+        table = ops.cast(self.embedding.embeddings, x.dtype)  # (V, e)
+        logits = ops.matmul(x, ops.transpose(table))
+        if self.embedding.quantization_mode == "int8":  # Keras keeps E·s
+            logits = logits / self.embedding.embeddings_scale
+        return logits + self.bias
 
 
-def build_models(src_vocab, tgt_vocab, hp):
-    u, e = hp["units"], hp["embed_dim"]
-    src = keras.Input((None,), dtype="int32", name="source")
+def build_member(src, tgt, src_vocab, tgt_vocab, hp, k=0):
+    """Member `k`: its training logits, `encode` and `step_fn`."""
+    u, e, suffix = hp["units"], hp["embed_dim"], f"_{k}" if k else ""
+    scores = [hp["score"]] if isinstance(hp["score"], str) else hp["score"]
     x = keras.layers.Embedding(src_vocab, e, mask_zero=True)(src)
     x = keras.layers.Dropout(hp["dropout"])(x)
     memory, fwd, bwd = keras.layers.Bidirectional(
         keras.layers.GRU(u // 2, return_sequences=True, return_state=True)
     )(x)  # memory: (B, S, u)
-    state = keras.layers.Dense(u, activation="tanh", name="bridge")(
+    state = keras.layers.Dense(u, activation="tanh", name="bridge" + suffix)(
         keras.layers.Concatenate()([fwd, bwd])
     )
-    encoder = keras.Model(src, [memory, state], name="encoder")
-
+    encoder = keras.Model(src, [memory, state], name="encoder" + suffix)
     embed = keras.layers.Embedding(tgt_vocab, e, mask_zero=True)
     decoder = AttentionDecoder(
         keras.layers.GRUCell(u),
-        score=hp["score"],
+        score=scores[k % len(scores)],  # a list of scores is cycled
         units=u,
         rank=hp["rank"],
         attentional_units=u,
-        name="decoder",
+        name="decoder" + suffix,
     )
     head = keras.Sequential(
         [
@@ -205,11 +171,9 @@ def build_models(src_vocab, tgt_vocab, hp):
             keras.layers.Dense(e, use_bias=False),
             TiedOutput(embed),
         ],
-        name="head",
+        name="head" + suffix,
     )
-    tgt = keras.Input((None,), dtype="int32", name="target_in")
     outputs, _, _ = decoder(embed(tgt), memory, initial_state=[state])
-    trainer = keras.Model([src, tgt], head(outputs), name="translator")
 
     def encode(source):
         memory, state = encoder(source, training=False)
@@ -222,7 +186,24 @@ def build_models(src_vocab, tgt_vocab, hp):
         logits = head(out[:, None], training=False)[:, 0]  # (B, V)
         return logits, {**state, "cell": cell}, align
 
-    return trainer, encode, step_fn
+    return head(outputs), encode, step_fn
+
+
+def build_models(src_vocab, tgt_vocab, hp):
+    """The training model (one output per member), `encode`, `step_fn`."""
+    src = keras.Input((None,), dtype="int32", name="source")
+    tgt = keras.Input((None,), dtype="int32", name="target_in")
+    members = [
+        build_member(src, tgt, src_vocab, tgt_vocab, hp, k)
+        for k in range(hp["members"])
+    ]
+    logits = [m[0] for m in members]
+    trainer = keras.Model(
+        [src, tgt], logits if len(logits) > 1 else logits[0], name="translator"
+    )
+    if len(members) == 1:
+        return trainer, *members[0][1:]
+    return trainer, *seq2seq.ensemble([m[1:] for m in members])
 
 
 """
@@ -235,28 +216,33 @@ on plateaus, and a time budget: no epoch starts that would end past it.
 
 
 class TimeLimit(keras.callbacks.Callback):
-    def __init__(self, limit):
+    """Stops before an epoch that, as long as the last, would end late."""
+
+    def __init__(self, seconds):
         super().__init__()
-        self.end, self.epoch_start = time.time() + limit, time.time()
+        self.end = time.time() + seconds
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.epoch_start = time.time()
+        self.begin = time.time()
 
-    def on_epoch_end(self, epoch, logs=None):  # would the next one fit?
-        now = time.time()
-        self.model.stop_training = 2 * now - self.epoch_start > self.end
+    def on_epoch_end(self, epoch, logs=None):
+        if 2 * time.time() - self.begin > self.end:
+            self.model.stop_training = True
 
 
 def train(trainer, vec_en, vec_fr, train_pairs, val_pairs, hp, verbose):
+    k = hp["members"]
     trainer.compile(
         optimizer=keras.optimizers.Adam(hp["learning_rate"], clipnorm=1.0),
         loss=seq2seq.SequenceLoss(label_smoothing=hp["label_smoothing"]),
-        weighted_metrics=["accuracy"],
+        weighted_metrics=["accuracy"] if k == 1 else [["accuracy"]] * k,
     )
     start = time.time()
     history = trainer.fit(
-        make_dataset(vec_en, vec_fr, train_pairs, hp["batch_size"], hp["seed"]),
-        validation_data=make_dataset(vec_en, vec_fr, val_pairs, 512),
+        make_dataset(
+            vec_en, vec_fr, train_pairs, hp["batch_size"], hp["seed"], k
+        ),
+        validation_data=make_dataset(vec_en, vec_fr, val_pairs, 512, None, k),
         epochs=hp["epochs"],
         verbose=verbose,
         callbacks=[
@@ -286,12 +272,9 @@ lowercased BLEU and exact matches.
 
 def evaluate(translator, pairs, greedy=False):
     """Scores on `pairs` and the (English, translation) list."""
-    refs = collections.defaultdict(list)
-    for en, fr in pairs:
-        refs[en].append(fr)
-    sentences = sorted(refs)
+    sentences, refs = seq2seq.references(pairs)
     hyps = translator.translate_texts(sentences, greedy)
-    scores = seq2seq.translation_scores(hyps, [refs[s] for s in sentences])
+    scores = seq2seq.translation_scores(hyps, refs)
     return scores, list(zip(sentences, hyps, strict=True))
 
 
@@ -301,27 +284,9 @@ def evaluate(translator, pairs, greedy=False):
 `Translator.save` writes the folder `keras-attn translate` reads: the
 SavedModel with both searches, the vocabularies, and a LiteRT file holding
 greedy decoding as one `translate` signature (the loop is a builtin
-`WHILE`): one call per sentence. We check it agrees with the SavedModel.
+`WHILE`): one call per sentence. `check_litert` compares it with the
+SavedModel's greedy search.
 """
-
-
-def export(folder, translator, sentences):
-    from keras_attn.export import tflite_op_names
-    from keras_attn.litert_runtime import LiteRTTranslator
-
-    path = os.path.join(translator.save(folder), "model.tflite")
-    keras_out = translator.translate_texts(sentences, greedy=True)
-    lite, start = LiteRTTranslator(path), time.perf_counter()
-    lite_out = [lite.translate(s) for s in sentences]
-    seconds = (time.perf_counter() - start) / len(sentences)
-    same = np.mean([a == b for a, b in zip(lite_out, keras_out, strict=True)])
-    return {
-        "size_bytes": os.path.getsize(path),
-        "ops": tflite_op_names(path),
-        "greedy_agreement_with_keras": float(same),
-        "latency_ms_per_sentence": round(1000 * seconds, 2),
-        "sentences": len(sentences),
-    }
 
 
 def main(
@@ -339,8 +304,10 @@ def main(
     `HPARAMS` entries."""
     hp = {**HPARAMS, **overrides}
     keras.utils.set_random_seed(hp["seed"])
-    train_pairs, val_pairs = split_by_english(
-        load_pairs(pairs, limit), hp["val_fraction"], hp["seed"]
+    if not os.path.isfile(pairs):
+        raise FileNotFoundError(f"No file {pairs!r}: pass --pairs FILE")
+    train_pairs, val_pairs = seq2seq.split_by_source(
+        seq2seq.read_pairs(pairs, limit), hp["val_fraction"], hp["seed"]
     )
     vec_en, vec_fr = make_vectorizers(train_pairs, hp)
     trainer, encode, step_fn = (build or build_models)(
@@ -355,7 +322,12 @@ def main(
         )
         if weights:
             trainer.save_weights(weights)
-    search = ("beam_width", "length_penalty", "coverage_penalty")
+    if hp["int8_weights"]:  # Keras's weight-only int8, before evaluation
+        int8 = keras.quantizers.Int8QuantizationConfig(
+            activation_quantizer=None
+        )
+        layers = (keras.layers.Embedding, keras.layers.Dense)
+        trainer.quantize(config=int8, filters=lambda x: isinstance(x, layers))
     translator = seq2seq.Translator(
         vec_en,
         vec_fr.get_vocabulary(),
@@ -364,7 +336,9 @@ def main(
         hp["target_length"],
         trackable=trainer,
         standardize=split_sentence,
-        **{k: hp[k] for k in search},
+        beam_width=hp["beam_width"],
+        length_penalty=hp["length_penalty"],
+        coverage_penalty=hp["coverage_penalty"],
     )
     beam, examples = evaluate(translator, val_pairs)
     metrics = {
@@ -373,9 +347,7 @@ def main(
         "split": {"pairs_train": len(train_pairs), "pairs_val": len(val_pairs)},
         "hyperparameters": hp,
         "parameters": trainer.count_params(),
-        "history": {
-            k: [round(float(v), 4) for v in vs] for k, vs in history.items()
-        },
+        "history": {k: [round(v, 4) for v in vs] for k, vs in history.items()},
         "train_wall_time_s": wall and round(wall, 1),
         "val_beam": beam,
         "val_greedy": evaluate(translator, val_pairs, greedy=True)[0],
@@ -385,8 +357,11 @@ def main(
     }
     print(f"{name}: val BLEU {beam['bleu_cased']:.2f} (cased, beam search)")
     if out:
-        folder = os.path.join(out, name)
-        metrics["litert"] = export(folder, translator, [s for s, _ in examples])
+        lite = "dynamic" if hp["int8_weights"] else "none"
+        folder = translator.save(os.path.join(out, name), quantize=lite)
+        metrics["litert"] = translator.check_litert(
+            os.path.join(folder, "model.tflite"), [s for s, _ in examples]
+        )
         with open(os.path.join(folder, "metrics.json"), "w") as f:
             json.dump(metrics, f, indent=2, ensure_ascii=False)
     return metrics, translator
@@ -405,7 +380,15 @@ def parse_args(description):
 if __name__ == "__main__":
     parser = parse_args(__doc__.split("\n")[1])
     scores = ["additive", "dot", "general", "low_rank"]
-    parser.add_argument("--score", default="additive", choices=scores)
+    parser.add_argument(
+        "--score", nargs="+", default=HPARAMS["score"], choices=scores
+    )
+    parser.add_argument("--members", type=int, default=HPARAMS["members"])
+    parser.add_argument(
+        "--int8-weights",
+        action=argparse.BooleanOptionalAction,
+        default=HPARAMS["int8_weights"],
+    )
     parser.add_argument(
         "--time-limit", type=int, default=HPARAMS["time_limit"], help="s"
     )

@@ -32,6 +32,8 @@ from keras_attn import MultiHeadPositional
 
 HPARAMS = {
     **translation.HPARAMS,
+    "members": 1,
+    "int8_weights": False,
     "units": 256,  # the model width
     "layers": 2,
     "heads": 4,

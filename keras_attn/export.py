@@ -946,7 +946,18 @@ def _freeze(function):
     return frozen
 
 
-def export_signatures_tflite(functions, path, overwrite=False, metadata=None):
+def check_signature_quantize(quantize):
+    """The quantizations `export_signatures_tflite` offers."""
+    if quantize not in ("none", "float16", "dynamic"):
+        raise ValueError(
+            'Expected quantize to be "none", "float16" or "dynamic". '
+            f"Received: quantize={quantize!r}"
+        )
+
+
+def export_signatures_tflite(
+    functions, path, overwrite=False, metadata=None, quantize="none"
+):
     """A LiteRT model with one signature per `tf.function`, builtin ops only.
 
     Args:
@@ -958,12 +969,17 @@ def export_signatures_tflite(functions, path, overwrite=False, metadata=None):
             Defaults to `False`.
         metadata: `{name: bytes}` stored in the file as LiteRT metadata
             (see `with_metadata`). Defaults to `None`.
+        quantize: `"none"`, `"float16"` (float16 weights) or `"dynamic"`
+            (int8 weights, float activations). Full-integer `"int8"` needs
+            calibration data and is not offered here. Defaults to
+            `"none"`.
 
     Variables become constants (no `READ_VARIABLE` ops); the file is
     written atomically.
     """
     import tensorflow as tf
 
+    check_signature_quantize(quantize)
     target = check_destination(path, "tflite", overwrite)
     frozen = tf.Module()
     signatures = {}
@@ -971,12 +987,16 @@ def export_signatures_tflite(functions, path, overwrite=False, metadata=None):
         signatures[name] = _freeze(function)
         setattr(frozen, name, signatures[name])
     with _scratch() as tmp:
-        tf.saved_model.save(frozen, tmp, signatures=signatures)
+        # Gradients are not needed to convert; tracing them fails on the
+        # frozen constants of Keras's int8 layers (custom gradients).
+        no_gradients = tf.saved_model.SaveOptions(
+            experimental_custom_gradients=False
+        )
+        tf.saved_model.save(frozen, tmp, signatures, options=no_gradients)
         converter = tf.lite.TFLiteConverter.from_saved_model(
             tmp, signature_keys=list(signatures)
         )
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        data = converter.convert()
+        data = _convert(converter, quantize, None)
     if metadata:
         data = with_metadata(data, metadata)
     with staged(target) as (tmp_path,):

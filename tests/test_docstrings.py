@@ -14,6 +14,7 @@ MODULES = [
     "keras_attn.sinusoidal_position_encoding",
     "keras_attn.learned_position_embedding",
     "keras_attn.seq2seq.attention_decoder",
+    "keras_attn.seq2seq.ensemble",
     "keras_attn.seq2seq.losses",
     "keras_attn.seq2seq.search",
     "keras_attn.seq2seq.evaluation",

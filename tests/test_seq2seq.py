@@ -220,3 +220,27 @@ def test_save_writes_the_folder_the_cli_finds_and_keeps_it(tmp_path):
     with pytest.raises(ValueError, match="target_vocabulary"):
         translator.save(str(third))
     assert sorted(p.name for p in third.iterdir()) == ["target_vocabulary.txt"]
+
+
+def test_saved_model_holds_the_weights_not_the_optimizer(tmp_path):
+    # A translator built right after training must not ship the optimizer's
+    # slots (Adam's two moments triple the SavedModel).
+    model, encode, step_fn = tiny_model()
+    model.compile("adam", "sparse_categorical_crossentropy")
+    src = np.array([[2, 3, 4, 0, 0, 0]], "int32")
+    tgt = np.array([[2, 4, 5, 3]], "int32")
+    model.fit([src, tgt[:, :-1]], tgt[:, 1:], epochs=1, verbose=0)
+    assert model.optimizer.variables
+    translator = Translator(
+        vectorizer(), TARGET, encode, step_fn, max_length=5, trackable=model
+    )
+    translator.export(str(tmp_path / "sm"))
+    keys = [
+        k
+        for k, _ in tf.train.list_variables(
+            str(tmp_path / "sm" / "variables" / "variables")
+        )
+        if "VARIABLE_VALUE" in k
+    ]
+    assert len(keys) == len(model.variables), keys
+    assert not [k for k in keys if "optimizer" in k], keys

@@ -128,3 +128,62 @@ def test_teacher_forcing_dataset_bad_input(args, match):
 
     with pytest.raises(ValueError, match=match):
         teacher_forcing_dataset(*args)
+
+
+PAIRS = [
+    ("Hi.", "Salut."),
+    ("Hi.", "Coucou."),
+    ("Go.", "Va !"),
+    ("Run!", "Cours !"),
+    ("Run!", "Courez !"),
+    ("Stop!", "Stop !"),
+    ("Wait.", "Attends."),
+]
+
+
+def test_read_pairs_skips_incomplete_lines_and_keeps_the_limit(tmp_path):
+    from keras_attn.seq2seq import read_pairs
+
+    path = tmp_path / "pairs.tsv"
+    path.write_text(
+        "Hi.\tSalut.\tCC-BY 2.0\nalone\n\tvide\nGo.\tVa !\n", encoding="utf-8"
+    )
+    assert read_pairs(str(path)) == [("Hi.", "Salut."), ("Go.", "Va !")]
+    assert read_pairs(str(path), limit=1) == [("Hi.", "Salut.")]
+    with pytest.raises(FileNotFoundError, match="none.tsv"):
+        read_pairs(str(tmp_path / "none.tsv"))
+
+
+def test_split_by_source_holds_out_whole_sentences():
+    from keras_attn.seq2seq import split_by_source
+
+    train, val = split_by_source(PAIRS, 0.5, 0)
+    assert not {p[0] for p in train} & {p[0] for p in val}
+    assert sorted(train + val) == sorted(PAIRS)
+    assert len({p[0] for p in val}) == 2  # half of the 5 sentences, floored
+    assert split_by_source(PAIRS, 0.5, 0) == (train, val)  # seeded
+    with pytest.raises(ValueError, match="val_fraction"):
+        split_by_source(PAIRS, 1.0, 0)
+
+
+def test_references_groups_every_translation_of_a_source():
+    from keras_attn.seq2seq import references
+
+    sources, refs = references(PAIRS)
+    assert sources == ["Go.", "Hi.", "Run!", "Stop!", "Wait."]
+    assert refs[1] == ["Salut.", "Coucou."]
+    assert refs[2] == ["Cours !", "Courez !"]
+
+
+def test_word_vocabulary_leaves_out_numbers_and_puts_reserved_first():
+    from keras_attn.seq2seq import word_vocabulary
+    from keras_attn.text import split_sentence
+
+    texts = ["I have 3 cats.", "I have 12 dogs, 3 cats.", "Cats!"]
+    vocab = word_vocabulary(texts, 8, split_sentence, ("[start]", "[end]"))
+    assert vocab[:2] == ["[start]", "[end]"]
+    assert len(vocab) == 6  # room for TextVectorization's "" and [UNK]
+    assert not [w for w in vocab if any(c.isdigit() for c in w)]
+    assert vocab[2:4] == ["I", "have"]  # the most frequent first
+    everything = word_vocabulary(texts, 100, split_sentence, exclude="^$")
+    assert "12" in everything and "3" in everything

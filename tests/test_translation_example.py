@@ -3,6 +3,7 @@
 import os
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,23 +21,7 @@ def test_missing_pairs_file_is_a_clear_error(tmp_path):
         translation.main(str(tmp_path / "none.tsv"))
 
 
-def test_split_is_by_english_sentence():
-    import translation
-
-    pairs = [
-        ("Hi.", "Salut."),
-        ("Hi.", "Coucou."),
-        ("Go.", "Va !"),
-        ("Run!", "Cours !"),
-        ("Run!", "Courez !"),
-        ("Stop!", "Stop !"),
-    ]
-    train, val = translation.split_by_english(pairs, 0.5, 0)
-    assert not {p[0] for p in train} & {p[0] for p in val}
-    assert len(train) + len(val) == len(pairs)
-
-
-@pytest.mark.parametrize("architecture", ["gru", "transformer"])
+@pytest.mark.parametrize("architecture", ["gru", "transformer", "ensemble"])
 def test_step_fn_matches_teacher_forcing(architecture):
     # What the searches (and the exported models) run one token at a time
     # must equal the training model's whole-sentence pass: the GRU's
@@ -53,6 +38,7 @@ def test_step_fn_matches_teacher_forcing(architecture):
         "heads": 2,
         "feed_forward_dim": 16,
         "target_length": 6,
+        "members": 2 if architecture == "ensemble" else 1,
     }
     build = (
         translation_transformer.build_transformer
@@ -63,7 +49,12 @@ def test_step_fn_matches_teacher_forcing(architecture):
     trainer, encode, step_fn = build(30, 40, hp)
     src = np.array([[5, 6, 7, 0], [8, 9, 3, 4]], "int32")
     tgt = np.array([[2, 11, 12, 13, 14, 15], [2, 16, 17, 18, 19, 20]], "int32")
-    want = keras.ops.convert_to_numpy(trainer([src, tgt], training=False))
+    want = trainer([src, tgt], training=False)
+    if architecture == "ensemble":  # the log of the members' mean softmax
+        probs = [keras.ops.softmax(w).numpy() for w in want]
+        assert not np.allclose(probs[0], probs[1], atol=1e-3)
+        want = np.log(np.mean(probs, axis=0))
+    want = keras.ops.convert_to_numpy(want)
     state = encode(keras.ops.convert_to_tensor(src))
     for t in range(tgt.shape[1]):
         logits, state, align = step_fn(
@@ -78,14 +69,19 @@ def test_step_fn_matches_teacher_forcing(architecture):
 
 @pytest.mark.slow
 @needs_pairs
-@pytest.mark.parametrize("architecture", ["gru", "transformer"])
+@pytest.mark.parametrize("architecture", ["gru", "transformer", "ensemble"])
 def test_main_tiny_slice(tmp_path, architecture):
     import tensorflow as tf
     import translation
     import translation_transformer
 
-    script = translation if architecture == "gru" else translation_transformer
-    metrics, _ = script.main(
+    script = (
+        translation_transformer
+        if architecture == "transformer"
+        else translation
+    )
+    ensemble = architecture == "ensemble"  # two members, int8 weights
+    metrics, translator = script.main(
         PAIRS,
         limit=2000,
         out=str(tmp_path),
@@ -96,7 +92,9 @@ def test_main_tiny_slice(tmp_path, architecture):
         heads=2,
         layers=1,
         feed_forward_dim=16,
-        score="general",
+        score=["dot", "general"] if ensemble else "general",
+        members=2 if ensemble else 1,
+        int8_weights=ensemble,
     )
     for key in ("bleu_cased", "bleu_lowercase", "exact_match"):
         assert 0 <= metrics["val_beam"][key] <= 100
@@ -108,7 +106,22 @@ def test_main_tiny_slice(tmp_path, architecture):
     assert {"serving_default", "translate", "translate_greedy"} <= set(
         loaded.signatures
     )
-    if architecture == "transformer":
+    if ensemble:  # int8 weights in both files, checked before writing
+        from ai_edge_litert.interpreter import Interpreter
+
+        reader = tf.train.load_checkpoint(
+            str(folder / "saved_model" / "variables" / "variables")
+        )
+        dtypes = set(reader.get_variable_to_dtype_map().values())
+        assert tf.int8 in dtypes and tf.float32 in dtypes
+        lite = Interpreter(str(folder / "model.tflite"))
+        assert np.int8 in {t["dtype"] for t in lite.get_tensor_details()}
+        with pytest.raises(ValueError, match="quantize"):
+            translator.save(str(tmp_path / "new"), quantize="int8")
+        assert not (tmp_path / "new").exists()
+    with pytest.raises(ValueError, match="sentences"):
+        translator.check_litert(str(folder / "model.tflite"), [])
+    if architecture != "gru":
         return
     png = tmp_path / "a.png"
     import keras_attn_cli
@@ -118,3 +131,31 @@ def test_main_tiny_slice(tmp_path, architecture):
     )
     assert code == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tied_output_reads_keras_int8_embeddings():
+    # After Keras's int8 quantization the embedding table holds round(E·s);
+    # the tied output must divide by s again (without it the logits are
+    # off by a factor of about 127 / max|E|).
+    import keras
+    import numpy as np
+    import translation
+
+    keras.utils.set_random_seed(0)
+    hp = {**translation.HPARAMS, "units": 16, "embed_dim": 8, "members": 1}
+    trainer, _, _ = translation.build_models(30, 40, hp)
+    src = np.array([[5, 6, 7, 0]], "int32")
+    tgt = np.array([[2, 11, 12, 13]], "int32")
+    before = keras.ops.convert_to_numpy(trainer([src, tgt]))
+    trainer.quantize(
+        "int8", filters=lambda x: isinstance(x, keras.layers.Embedding)
+    )
+    embeddings = [
+        x
+        for x in trainer._flatten_layers()
+        if isinstance(x, keras.layers.Embedding)
+    ]
+    assert len(embeddings) == 2
+    assert all(e.quantization_mode == "int8" for e in embeddings)
+    after = keras.ops.convert_to_numpy(trainer([src, tgt]))
+    np.testing.assert_allclose(after, before, atol=0.02 * np.abs(before).max())

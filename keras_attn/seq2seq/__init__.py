@@ -1,15 +1,18 @@
 """Sequence-to-sequence on Keras 3: an attention decoder and searches.
 
 Backend-agnostic (`keras.ops`): `AttentionDecoder`, `SequenceLoss`,
-`greedy_search`, `sample_search`, `beam_search`. TensorFlow-only serving
+`greedy_search`, `sample_search`, `beam_search` and `ensemble` (several
+models decoding as one). TensorFlow-only serving
 (`Translator`, with SavedModel and LiteRT export) lives in
 `keras_attn.seq2seq.serving`, scoring (`translation_scores`, BLEU and
-exact match) in `keras_attn.seq2seq.evaluation` and the `tf.data` input
-pipeline (`teacher_forcing_dataset`) in `keras_attn.seq2seq.data`; they are
-imported from here on first use.
+exact match) in `keras_attn.seq2seq.evaluation`, parallel text
+(`read_pairs`, `split_by_source`, `references`, `word_vocabulary`,
+`teacher_forcing_dataset`) in `keras_attn.seq2seq.data`; they are imported
+from here on first use.
 """
 
 from keras_attn.seq2seq.attention_decoder import AttentionDecoder
+from keras_attn.seq2seq.ensemble import ensemble
 from keras_attn.seq2seq.losses import SequenceLoss
 from keras_attn.seq2seq.search import beam_search, greedy_search, sample_search
 
@@ -17,6 +20,7 @@ __all__ = [
     "AttentionDecoder",
     "SequenceLoss",
     "beam_search",
+    "ensemble",
     "greedy_search",
     "sample_search",
 ]
@@ -31,7 +35,13 @@ def __getattr__(name):
         from keras_attn.seq2seq import evaluation
 
         return getattr(evaluation, name)
-    if name == "teacher_forcing_dataset":
+    if name in (
+        "teacher_forcing_dataset",
+        "read_pairs",
+        "split_by_source",
+        "references",
+        "word_vocabulary",
+    ):
         from keras_attn.seq2seq import data
 
         return getattr(data, name)

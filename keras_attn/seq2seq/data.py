@@ -1,7 +1,11 @@
-"""Batches for teacher forcing: `((source, target_in), target_out)`.
+"""Parallel text for training and evaluation.
 
-TensorFlow-only by nature (`tf.data`, the input pipeline Keras's `fit`
-reads on every backend).
+`read_pairs`, `split_by_source` and `references` read a corpus of
+sentence pairs, hold out whole source sentences and group their
+references; `word_vocabulary` builds a vocabulary that leaves numbers to
+be copied; `teacher_forcing_dataset` batches `((source, target_in),
+target_out)`. TensorFlow-only by nature (`tf.data`, the input pipeline
+Keras's `fit` reads on every backend), imported on first use.
 """
 
 
@@ -67,3 +71,84 @@ def teacher_forcing_dataset(
         return (s, t[:, :-1]), t[:, 1:]
 
     return ds.map(trim).prefetch(tf.data.AUTOTUNE)
+
+
+def read_pairs(path, limit=None):
+    """`(source, target)` pairs from a UTF-8 file of `source<TAB>target`
+    lines (e.g. Tatoeba's `fra.txt`); other columns and incomplete lines
+    are skipped. `limit` keeps the first pairs only."""
+    import os
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"No sentence pairs at {path!r}: expected a file of "
+            "source<TAB>target lines."
+        )
+    with open(path, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    return [(r[0], r[1]) for r in rows if len(r) > 1 and r[0] and r[1]][:limit]
+
+
+def split_by_source(pairs, val_fraction, seed):
+    """Train and validation pairs with no source sentence on both sides.
+
+    A fraction `val_fraction` of the distinct source sentences, drawn with
+    `seed`, goes to validation with all its translations (the references
+    for BLEU), so validation measures sentences never seen in training.
+    """
+    import numpy as np
+
+    if not 0 < val_fraction < 1:
+        raise ValueError(
+            f"`val_fraction` must be in (0, 1); received {val_fraction!r}."
+        )
+    sources = sorted({s for s, _ in pairs})
+    order = np.random.default_rng(seed).permutation(len(sources))
+    held = {
+        sources[i] for i in order[: max(1, int(len(sources) * val_fraction))]
+    }
+    return (
+        [p for p in pairs if p[0] not in held],
+        [p for p in pairs if p[0] in held],
+    )
+
+
+def references(pairs):
+    """The distinct sources, sorted, and the list of targets of each."""
+    grouped = {}
+    for source, target in pairs:
+        grouped.setdefault(source, []).append(target)
+    sources = sorted(grouped)
+    return sources, [grouped[s] for s in sources]
+
+
+def word_vocabulary(texts, max_tokens, standardize, reserved=(), exclude=r"\d"):
+    """The most frequent words of `texts`, for a `TextVectorization`.
+
+    Words matching the regex `exclude` (by default any word with a digit)
+    never enter it: they become `[UNK]`, which a `Translator` replaces by
+    the source word the attention points at, so numbers are copied rather
+    than translated. The list starts with `reserved` (e.g. start and end
+    tokens) and leaves room for the padding and `[UNK]` entries that
+    `TextVectorization` adds: `max_tokens − 2` words in all.
+
+    Args:
+        texts: a list of strings.
+        max_tokens: the vocabulary size the vectorizer will have.
+        standardize: a function of a string tensor returning the
+            standardized strings, words separated by spaces (e.g.
+            `keras_attn.text.split_sentence`).
+        reserved: words placed first. Defaults to `()`.
+        exclude: a regex; matching words are left out. Defaults to
+            `r"\\d"`.
+    """
+    import collections
+    import re
+
+    import tensorflow as tf
+
+    words = standardize(tf.constant(list(texts))).numpy()
+    counts = collections.Counter(w for t in words for w in t.decode().split())
+    kept = [w for w, _ in counts.most_common() if not re.search(exclude, w)]
+    kept = [w for w in kept if w not in reserved]
+    return list(reserved) + kept[: max_tokens - 2 - len(reserved)]

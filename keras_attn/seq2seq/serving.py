@@ -51,8 +51,9 @@ class Translator(tf.Module):
         target_vocabulary: the target tokens, index = id.
         encode, step_fn: the model, as in the module docstring.
         max_length: the most output tokens.
-        trackable: the Keras model holding the variables `encode` and
-            `step_fn` use, so they are saved. Defaults to `None`.
+        trackable: the Keras model (or layer) holding the variables
+            `encode` and `step_fn` use, so they are saved (its optimizer's
+            are not). Defaults to `None`.
         standardize: the source vectorizer's standardization, to recover
             the source words that `[UNK]` copies. Defaults to `None`
             (no copying: `[UNK]` is banned).
@@ -104,7 +105,10 @@ class Translator(tf.Module):
                 "Expected source_vectorizer to have an output_sequence_length. "
                 "Received: output_sequence_length=None"
             )
-        self.vectorizer, self.model = source_vectorizer, trackable
+        self.vectorizer = source_vectorizer
+        # The model's variables, not the model: a compiled model would
+        # bring its optimizer's slots into the SavedModel too.
+        self.model_variables = [] if trackable is None else trackable.variables
         self._encode, self._step_fn = encode, step_fn
         self.standardize = standardize
         self.start_id, self.end_id = vocab.index(start), vocab.index(end)
@@ -211,6 +215,34 @@ class Translator(tf.Module):
             out += [t.decode() for t in run(batch)["translation"].numpy()]
         return out
 
+    def check_litert(self, path, sentences):
+        """Compare a LiteRT file written by `export_tflite` (or `save`)
+        with this translator's greedy search, sentence by sentence,
+        through the numpy-only runtime. Returns a dict: `size_bytes`,
+        `ops` (the op types), `greedy_agreement_with_keras` (the fraction
+        of identical translations), `latency_ms_per_sentence` (one
+        `translate` call each) and `sentences`."""
+        import time
+
+        from keras_attn.export import tflite_op_names
+        from keras_attn.litert_runtime import LiteRTTranslator
+
+        sentences = list(sentences)
+        if not sentences:
+            raise ValueError("`sentences` must hold at least one sentence.")
+        expected = self.translate_texts(sentences, greedy=True)
+        lite, start = LiteRTTranslator(path), time.perf_counter()
+        got = [lite.translate(s) for s in sentences]
+        seconds = (time.perf_counter() - start) / len(sentences)
+        same = sum(a == b for a, b in zip(got, expected, strict=True))
+        return {
+            "size_bytes": os.path.getsize(path),
+            "ops": tflite_op_names(path),
+            "greedy_agreement_with_keras": same / len(sentences),
+            "latency_ms_per_sentence": round(1000 * seconds, 2),
+            "sentences": len(sentences),
+        }
+
     def export(self, path, overwrite=False):
         """SavedModel with `translate` (also `serving_default`) and
         `translate_greedy`, through `export.export_module`'s checks."""
@@ -223,20 +255,23 @@ class Translator(tf.Module):
         }
         return export_module(self, path, signatures, overwrite)
 
-    def save(self, folder, overwrite=False):
+    def save(self, folder, overwrite=False, quantize="none"):
         """Write the folder `keras-attn translate` and `align` read (the
         translator contract, docs/export.md): `saved_model/` (`export`),
-        `model.tflite` (`export_tflite`), `source_vocabulary.txt` and
-        `target_vocabulary.txt`. The folder is created if needed. An
-        earlier export of the same kind is replaced; anything else there
-        (a vocabulary with other tokens, a file that is not a LiteRT
-        model) only with `overwrite`, and then nothing is written.
-        Returns `folder`."""
+        `model.tflite` (`export_tflite`, with `quantize`),
+        `source_vocabulary.txt` and `target_vocabulary.txt`. The folder is
+        created if needed. An earlier export of the same kind is replaced;
+        anything else there (a vocabulary with other tokens, a file that
+        is not a LiteRT model) only with `overwrite`, and then nothing is
+        written. Returns `folder`."""
         from keras_attn.export import (
             check_destination,
+            check_signature_quantize,
             check_vocabulary_file,
             write_vocabulary,
         )
+
+        check_signature_quantize(quantize)
 
         os.makedirs(folder, exist_ok=True)
         saved, lite = (
@@ -258,13 +293,15 @@ class Translator(tf.Module):
         for path, tokens in vocabularies.items():
             write_vocabulary(tokens, path, overwrite)
         self.export(saved, overwrite)
-        self.export_tflite(lite, overwrite)
+        self.export_tflite(lite, overwrite, quantize)
         return folder
 
-    def export_tflite(self, path, overwrite=False):
+    def export_tflite(self, path, overwrite=False, quantize="none"):
         """LiteRT model whose `translate(source (1, S) int32)` signature
         runs the whole greedy search (a builtin `WHILE`) and returns
         `ids (1, L)` and `alignment (1, L, S)`; builtin ops only.
+        `quantize`: `"none"`, `"float16"` or `"dynamic"` (int8 weights),
+        as in `keras_attn.export.export_signatures_tflite`.
 
         The vocabularies and the settings the numpy-only runtime
         (`litert_runtime.LiteRTTranslator`) needs travel inside the file
@@ -309,5 +346,5 @@ class Translator(tf.Module):
             ).encode(),
         }
         return export_signatures_tflite(
-            {"translate": translate}, path, overwrite, metadata=metadata
+            {"translate": translate}, path, overwrite, metadata, quantize
         )
