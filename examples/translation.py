@@ -137,8 +137,11 @@ class TiedOutput(keras.layers.Layer):
     def call(self, x):
         table = ops.cast(self.embedding.embeddings, x.dtype)  # (V, e)
         logits = ops.matmul(x, ops.transpose(table))
-        if self.embedding.quantization_mode == "int8":  # Keras keeps E·s
+        mode = self.embedding.quantization_mode
+        if mode == "int8":  # Keras keeps round(E·s) and s
             logits = logits / self.embedding.embeddings_scale
+        elif mode is not None:
+            raise NotImplementedError(f"TiedOutput reads int8, not {mode}")
         return logits + self.bias
 
 

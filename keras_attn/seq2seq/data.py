@@ -81,8 +81,8 @@ def read_pairs(path, limit=None):
 
     if not os.path.isfile(path):
         raise FileNotFoundError(
-            f"No sentence pairs at {path!r}: expected a file of "
-            "source<TAB>target lines."
+            f"Expected path to be a file of source<TAB>target lines. "
+            f"Received: path={path!r}, which is not a file"
         )
     with open(path, encoding="utf-8") as f:
         rows = [line.rstrip("\n").split("\t") for line in f]
