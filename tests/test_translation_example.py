@@ -159,3 +159,24 @@ def test_tied_output_reads_keras_int8_embeddings():
     assert all(e.quantization_mode == "int8" for e in embeddings)
     after = keras.ops.convert_to_numpy(trainer([src, tgt]))
     np.testing.assert_allclose(after, before, atol=0.02 * np.abs(before).max())
+
+
+def test_time_limit_leaves_an_earlier_stop_in_place():
+    # The budget callback runs after EarlyStopping; it may add a stop but
+    # must not undo one (it used to assign stop_training = False).
+    import keras
+    import translation
+
+    class StopNow(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            self.model.stop_training = True
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x, y = np.zeros((4, 2)), np.zeros((4, 1))
+    callbacks = [StopNow(), translation.TimeLimit(3600)]
+    history = model.fit(x, y, epochs=5, verbose=0, callbacks=callbacks)
+    assert len(history.history["loss"]) == 1
+    spent = translation.TimeLimit(-1)  # the budget is already over
+    history = model.fit(x, y, epochs=5, verbose=0, callbacks=[spent])
+    assert len(history.history["loss"]) == 1
