@@ -23,7 +23,6 @@ next to the prediction, so every verdict can be explained.
 import argparse
 import json
 import os
-import platform
 import time
 
 import keras
@@ -31,9 +30,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-import keras_attn
 from keras_attn import StructuredSelfAttention, explain, standardize_review
-from keras_attn.export import export_saved_model
+from keras_attn.export import export_saved_model, versions
 
 # The settings of the shipped `saved_models/imdb_ssa` (chosen on the
 # validation split; see docs/results.md for the tuning log).
@@ -99,11 +97,11 @@ it. The same tokenization runs without TensorFlow in
 """
 
 
-def make_vectorizer(texts, max_tokens, length):
+def make_vectorizer(texts, hp):
     vectorizer = keras.layers.TextVectorization(
-        max_tokens=max_tokens,
+        max_tokens=hp["max_tokens"],
         standardize=standardize_review,
-        output_sequence_length=length,
+        output_sequence_length=hp["length"],
         name="vectorizer",
     )
     vectorizer.adapt(texts, batch_size=1024)
@@ -173,18 +171,15 @@ def train(model, train_ds, val_ds, hp, verbose=2):
     )
     trainer.compile(optimizer, "binary_crossentropy", metrics=["accuracy"])
     stop = keras.callbacks.EarlyStopping(
-        "val_accuracy",
-        mode="max",
-        patience=hp["patience"],
-        restore_best_weights=True,
-    )
+        "val_accuracy", patience=hp["patience"], restore_best_weights=True
+    )  # mode "max", from the metric's name
     start = time.time()
     history = trainer.fit(
         train_ds,
         epochs=hp["epochs"],
-        verbose=verbose,
         validation_data=val_ds,
         callbacks=[stop],
+        verbose=verbose,
     )
     return time.time() - start, history.history
 
@@ -226,15 +221,6 @@ the LiteRT files.
 """
 
 
-def versions():
-    """What made a run: library versions, Python and the machine."""
-    return {
-        **{m.__name__: m.__version__ for m in (keras_attn, keras, tf)},
-        "python": platform.python_version(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
-    }
-
-
 def save(folder, text_model, metrics):
     os.makedirs(folder, exist_ok=True)
     text_model.save(os.path.join(folder, "model.keras"))
@@ -250,9 +236,7 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
     keras.utils.set_random_seed(hp["seed"])
     data = load_imdb(limit, hp["val_fraction"], hp["seed"])
     start = time.time()
-    vectorizer = make_vectorizer(
-        data["train"][0], hp["max_tokens"], hp["length"]
-    )
+    vectorizer = make_vectorizer(data["train"][0], hp)
     train_ds = token_dataset(
         vectorizer, *data["train"], hp["batch_size"], hp["seed"]
     )

@@ -265,9 +265,7 @@ def main(argv=None):
     data = imdb_classification.load_imdb(
         args.limit, hp["val_fraction"], hp["seed"]
     )
-    vectorizer = imdb_classification.make_vectorizer(
-        data["train"][0], hp["max_tokens"], hp["length"]
-    )
+    vectorizer = imdb_classification.make_vectorizer(data["train"][0], hp)
     # Token ids once, up front (the vectorizer is a TensorFlow op).
     texts, labels = data["train"]
     train = (np.asarray(vectorizer(texts)), labels)

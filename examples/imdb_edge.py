@@ -282,9 +282,7 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
     keras.utils.set_random_seed(hp["seed"])
     data = base.load_imdb(limit, hp["val_fraction"], hp["seed"])
     start = time.time()
-    vectorizer = base.make_vectorizer(
-        data["train"][0], hp["max_tokens"], hp["length"]
-    )
+    vectorizer = base.make_vectorizer(data["train"][0], hp)
     model = build_model(vectorizer.vocabulary_size(), hp)
     train_ds = base.token_dataset(
         vectorizer, *data["train"], hp["batch_size"], hp["seed"]
@@ -296,7 +294,7 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
     split = "test" if evaluate_test else "val"
     metrics = {
         "model": "edge: word and word-pair embeddings, StructuredSelfAttention",
-        "versions": base.versions(),
+        "versions": export.versions(),
         "hyperparameters": hp,
         "params": model.count_params(),
         "train_wall_time_s": round(wall, 1),

@@ -117,9 +117,7 @@ def main(limit=None, evaluate_test=True, verbose=2, **overrides):
 
     hp = {**HPARAMS, **overrides}
     data = base.load_imdb(limit, hp["val_fraction"], hp["seed"])
-    vectorizer = base.make_vectorizer(
-        data["train"][0], hp["max_tokens"], hp["length"]
-    )
+    vectorizer = base.make_vectorizer(data["train"][0], hp)
     train_ds = base.token_dataset(
         vectorizer, *data["train"], hp["batch_size"], hp["seed"]
     )

@@ -24,7 +24,6 @@ one batched attention call); for search, one token at a time.
 import argparse
 import json
 import os
-import sys
 import time
 
 import keras
@@ -32,6 +31,8 @@ import tensorflow as tf
 from keras import ops
 
 from keras_attn import seq2seq
+from keras_attn.callbacks import TimeBudget
+from keras_attn.export import versions
 from keras_attn.seq2seq import AttentionDecoder
 from keras_attn.text import split_sentence
 
@@ -61,6 +62,8 @@ HPARAMS = {
     "length_penalty": 0.6,
     "coverage_penalty": 0.2,
     "time_limit": 28 * 60,  # seconds of training at most
+    "anneal": False,  # learning rate to 0 over the budget (else plateaus)
+    "ema": None,  # e.g. 0.999: keep the weights' moving average
     "seed": 1337,
 }
 
@@ -214,29 +217,29 @@ def build_models(src_vocab, tgt_vocab, hp):
 
 `seq2seq.SequenceLoss`: per-token cross-entropy with label smoothing,
 zero at padding. Early stopping on validation loss, a halved learning rate
-on plateaus, and a time budget: no epoch starts that would end past it.
+on plateaus, and `TimeBudget`, which stops training when its time is
+spent (with `anneal`, it takes the learning rate down to zero over it).
 """
-
-
-class TimeLimit(keras.callbacks.Callback):
-    """Stops before an epoch that, as long as the last, would end late."""
-
-    def __init__(self, seconds):
-        super().__init__()
-        self.end = time.time() + seconds
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.begin = time.time()
-
-    def on_epoch_end(self, epoch, logs=None):
-        if 2 * time.time() - self.begin > self.end:
-            self.model.stop_training = True
 
 
 def train(trainer, vec_en, vec_fr, train_pairs, val_pairs, hp, verbose):
     k = hp["members"]
+    adam = keras.optimizers.Adam(
+        hp["learning_rate"],
+        clipnorm=1.0,
+        use_ema=bool(hp["ema"]),  # end on the moving average of the weights
+        ema_momentum=hp["ema"] or 0.99,
+    )
+    callbacks = [
+        keras.callbacks.EarlyStopping(patience=2, restore_best_weights=True),
+        TimeBudget(hp["time_limit"], anneal=hp["anneal"]),
+    ]
+    if not hp["anneal"]:
+        callbacks.append(
+            keras.callbacks.ReduceLROnPlateau(factor=0.5, patience=1)
+        )
     trainer.compile(
-        optimizer=keras.optimizers.Adam(hp["learning_rate"], clipnorm=1.0),
+        optimizer=adam,
         loss=seq2seq.SequenceLoss(label_smoothing=hp["label_smoothing"]),
         weighted_metrics=["accuracy"] if k == 1 else [["accuracy"]] * k,
     )
@@ -248,13 +251,7 @@ def train(trainer, vec_en, vec_fr, train_pairs, val_pairs, hp, verbose):
         validation_data=make_dataset(vec_en, vec_fr, val_pairs, 512, None, k),
         epochs=hp["epochs"],
         verbose=verbose,
-        callbacks=[
-            keras.callbacks.EarlyStopping(
-                patience=2, restore_best_weights=True
-            ),
-            keras.callbacks.ReduceLROnPlateau(factor=0.5, patience=1),
-            TimeLimit(hp["time_limit"]),
-        ],
+        callbacks=callbacks,
     ).history
     return history, time.time() - start
 
@@ -358,7 +355,7 @@ def main(
         "val_greedy": evaluate(translator, val_pairs, greedy=True)[0],
         "examples": examples[:10],
         "bleu": "sacrebleu corpus_bleu, 13a, all references; cased headline",
-        "versions": [tf.__version__, keras.__version__, sys.version[:6]],
+        "versions": versions(),
     }
     print(f"{name}: val BLEU {beam['bleu_cased']:.2f} (cased, beam search)")
     if out:
@@ -372,29 +369,24 @@ def main(
     return metrics, translator
 
 
-def parse_args(description):
+def parse_args(description, hparams=HPARAMS):
+    """Flags for the files, and a flag for each entry of `hparams`."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--pairs", default=DEFAULT_PAIRS)
     parser.add_argument("--out", help="write the model folder under OUT")
     parser.add_argument("--weights", help="load (or save after training)")
     parser.add_argument("--limit", type=int, help="use the first N pairs")
-    parser.add_argument("--epochs", type=int, default=HPARAMS["epochs"])
+    for key, value in hparams.items():  # --score A B C, --no-int8-weights
+        flag, kind = "--" + key.replace("_", "-"), type(value)
+        if value is None:  # --ema 0.999
+            kind = {"type": float}
+        elif kind is bool:
+            kind = {"action": argparse.BooleanOptionalAction}
+        else:
+            kind = {"nargs": "+"} if kind is list else {"type": kind}
+        parser.add_argument(flag, default=value, **kind)
     return parser
 
 
 if __name__ == "__main__":
-    parser = parse_args(__doc__.split("\n")[1])
-    scores = ["additive", "dot", "general", "low_rank"]
-    parser.add_argument(
-        "--score", nargs="+", default=HPARAMS["score"], choices=scores
-    )
-    parser.add_argument("--members", type=int, default=HPARAMS["members"])
-    parser.add_argument(
-        "--int8-weights",
-        action=argparse.BooleanOptionalAction,
-        default=HPARAMS["int8_weights"],
-    )
-    parser.add_argument(
-        "--time-limit", type=int, default=HPARAMS["time_limit"], help="s"
-    )
-    main(**vars(parser.parse_args()))
+    main(**vars(parse_args(__doc__.split("\n")[1]).parse_args()))

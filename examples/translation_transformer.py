@@ -153,4 +153,5 @@ def main(
 
 
 if __name__ == "__main__":
-    main(**vars(translation.parse_args(__doc__.split("\n")[1]).parse_args()))
+    parser = translation.parse_args(__doc__.split("\n")[1], HPARAMS)
+    main(**vars(parser.parse_args()))

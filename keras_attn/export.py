@@ -1003,3 +1003,24 @@ def export_signatures_tflite(
         with open(tmp_path, "wb") as f:
             f.write(data)
     return path
+
+
+def versions():
+    """What made an artifact, for its `metrics.json`.
+
+    Returns:
+        A dict: the versions of `keras_attn`, Keras and TensorFlow (where
+        installed), the Python version and the machine.
+    """
+    import importlib
+    import platform
+
+    record = {}
+    for name in ("keras_attn", "keras", "tensorflow"):
+        try:
+            record[name] = importlib.import_module(name).__version__
+        except ImportError:
+            continue
+    record["python"] = platform.python_version()
+    record["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores"
+    return record

@@ -9,6 +9,7 @@ import pytest
 MODULES = [
     "keras_attn.additive_attention",
     "keras_attn.attention",
+    "keras_attn.callbacks",
     "keras_attn.structured_self_attention",
     "keras_attn.multi_head_positional",
     "keras_attn.sinusoidal_position_encoding",

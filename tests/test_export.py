@@ -415,3 +415,18 @@ def test_litert_runtime_needs_no_tensorflow(attention_model, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = np.array(eval(proc.stdout.strip().splitlines()[-1]))
     np.testing.assert_allclose(got, want["probability"][:, 0], atol=1e-4)
+
+
+def test_versions_record_what_is_installed(monkeypatch):
+    import platform
+
+    from keras_attn.export import versions
+
+    record = versions()
+    assert record["keras_attn"] == keras_attn.__version__
+    assert record["keras"] == keras.__version__
+    assert record["tensorflow"] == tf.__version__
+    assert record["python"] == platform.python_version()
+    assert f"{os.cpu_count()} CPU cores" in record["machine"]
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # not installed
+    assert "tensorflow" not in versions()

@@ -161,22 +161,31 @@ def test_tied_output_reads_keras_int8_embeddings():
     np.testing.assert_allclose(after, before, atol=0.02 * np.abs(before).max())
 
 
-def test_time_limit_leaves_an_earlier_stop_in_place():
-    # The budget callback runs after EarlyStopping; it may add a stop but
-    # must not undo one (it used to assign stop_training = False).
-    import keras
+def test_every_hyperparameter_has_a_flag():
     import translation
+    import translation_transformer
 
-    class StopNow(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            self.model.stop_training = True
-
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile("sgd", "mse")
-    x, y = np.zeros((4, 2)), np.zeros((4, 1))
-    callbacks = [StopNow(), translation.TimeLimit(3600)]
-    history = model.fit(x, y, epochs=5, verbose=0, callbacks=callbacks)
-    assert len(history.history["loss"]) == 1
-    spent = translation.TimeLimit(-1)  # the budget is already over
-    history = model.fit(x, y, epochs=5, verbose=0, callbacks=[spent])
-    assert len(history.history["loss"]) == 1
+    parser = translation.parse_args("x")
+    assert vars(parser.parse_args([])) == {
+        "pairs": translation.DEFAULT_PAIRS,
+        "out": None,
+        "weights": None,
+        "limit": None,
+        **translation.HPARAMS,
+    }
+    args = parser.parse_args(
+        "--score dot general --no-int8-weights --anneal --ema 0.999 "
+        "--learning-rate 3e-3 --members 2".split()
+    )
+    assert args.score == ["dot", "general"]
+    assert args.int8_weights is False and args.anneal is True
+    assert args.ema == 0.999 and args.learning_rate == 3e-3
+    assert args.members == 2 and isinstance(args.members, int)
+    with pytest.raises(SystemExit):  # argparse names the bad flag
+        parser.parse_args(["--members", "two"])
+    own = translation.parse_args("x", translation_transformer.HPARAMS)
+    defaults = vars(own.parse_args([]))
+    assert (
+        defaults["learning_rate"]
+        == translation_transformer.HPARAMS["learning_rate"]
+    )
