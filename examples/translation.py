@@ -62,8 +62,6 @@ HPARAMS = {
     "length_penalty": 0.6,
     "coverage_penalty": 0.2,
     "time_limit": 28 * 60,  # seconds of training at most
-    "anneal": False,  # learning rate to 0 over the budget (else plateaus)
-    "ema": None,  # e.g. 0.999: keep the weights' moving average
     "seed": 1337,
 }
 
@@ -217,29 +215,15 @@ def build_models(src_vocab, tgt_vocab, hp):
 
 `seq2seq.SequenceLoss`: per-token cross-entropy with label smoothing,
 zero at padding. Early stopping on validation loss, a halved learning rate
-on plateaus, and `TimeBudget`, which stops training when its time is
-spent (with `anneal`, it takes the learning rate down to zero over it).
+on plateaus, and `keras_attn.callbacks.TimeBudget`, which stops training
+within one step of the time budget.
 """
 
 
 def train(trainer, vec_en, vec_fr, train_pairs, val_pairs, hp, verbose):
     k = hp["members"]
-    adam = keras.optimizers.Adam(
-        hp["learning_rate"],
-        clipnorm=1.0,
-        use_ema=bool(hp["ema"]),  # end on the moving average of the weights
-        ema_momentum=hp["ema"] or 0.99,
-    )
-    callbacks = [
-        keras.callbacks.EarlyStopping(patience=2, restore_best_weights=True),
-        TimeBudget(hp["time_limit"], anneal=hp["anneal"]),
-    ]
-    if not hp["anneal"]:
-        callbacks.append(
-            keras.callbacks.ReduceLROnPlateau(factor=0.5, patience=1)
-        )
     trainer.compile(
-        optimizer=adam,
+        optimizer=keras.optimizers.Adam(hp["learning_rate"], clipnorm=1.0),
         loss=seq2seq.SequenceLoss(label_smoothing=hp["label_smoothing"]),
         weighted_metrics=["accuracy"] if k == 1 else [["accuracy"]] * k,
     )
@@ -251,7 +235,13 @@ def train(trainer, vec_en, vec_fr, train_pairs, val_pairs, hp, verbose):
         validation_data=make_dataset(vec_en, vec_fr, val_pairs, 512, None, k),
         epochs=hp["epochs"],
         verbose=verbose,
-        callbacks=callbacks,
+        callbacks=[
+            keras.callbacks.EarlyStopping(
+                patience=2, restore_best_weights=True
+            ),
+            keras.callbacks.ReduceLROnPlateau(factor=0.5, patience=1),
+            TimeBudget(hp["time_limit"]),
+        ],
     ).history
     return history, time.time() - start
 
@@ -378,9 +368,7 @@ def parse_args(description, hparams=HPARAMS):
     parser.add_argument("--limit", type=int, help="use the first N pairs")
     for key, value in hparams.items():  # --score A B C, --no-int8-weights
         flag, kind = "--" + key.replace("_", "-"), type(value)
-        if value is None:  # --ema 0.999
-            kind = {"type": float}
-        elif kind is bool:
+        if kind is bool:
             kind = {"action": argparse.BooleanOptionalAction}
         else:
             kind = {"nargs": "+"} if kind is list else {"type": kind}

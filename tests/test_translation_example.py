@@ -174,12 +174,11 @@ def test_every_hyperparameter_has_a_flag():
         **translation.HPARAMS,
     }
     args = parser.parse_args(
-        "--score dot general --no-int8-weights --anneal --ema 0.999 "
-        "--learning-rate 3e-3 --members 2".split()
+        "--score dot general --no-int8-weights --learning-rate 3e-3 "
+        "--members 2".split()
     )
     assert args.score == ["dot", "general"]
-    assert args.int8_weights is False and args.anneal is True
-    assert args.ema == 0.999 and args.learning_rate == 3e-3
+    assert args.int8_weights is False and args.learning_rate == 3e-3
     assert args.members == 2 and isinstance(args.members, int)
     with pytest.raises(SystemExit):  # argparse names the bad flag
         parser.parse_args(["--members", "two"])
