@@ -33,8 +33,7 @@ import tensorflow_datasets as tfds
 from keras_attn import StructuredSelfAttention, explain, standardize_review
 from keras_attn.export import export_saved_model, versions
 
-# The settings of the shipped `saved_models/imdb_ssa` (chosen on the
-# validation split; see docs/results.md for the tuning log).
+# The shipped `saved_models/imdb_ssa` (chosen on validation: docs/results.md).
 HPARAMS = {
     "max_tokens": 10_000,  # vocabulary size
     "length": 500,  # tokens kept per review
@@ -65,8 +64,7 @@ once, at the end.
 
 
 def load_imdb(limit=None, val_fraction=0.1, seed=1337):
-    """`{"train", "val", "test"}`: (texts, labels) arrays; `limit` keeps
-    that many training and test reviews, drawn at random."""
+    """`{"train", "val", "test"}`: (texts, labels); `limit`: random subsets."""
     (x, y), (test_x, test_y) = (
         tfds.as_numpy(
             tfds.load(
@@ -221,15 +219,6 @@ the LiteRT files.
 """
 
 
-def save(folder, text_model, metrics):
-    os.makedirs(folder, exist_ok=True)
-    text_model.save(os.path.join(folder, "model.keras"))
-    export_saved_model(text_model, os.path.join(folder, "saved_model"))
-    metrics["versions"] = versions()
-    with open(os.path.join(folder, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
-
-
 def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
     """Train, evaluate, save; `overrides` replace `HPARAMS` entries."""
     hp = {**HPARAMS, **overrides}
@@ -252,13 +241,19 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
         "history": {k: [round(v, 5) for v in vs] for k, vs in history.items()},
         "train_wall_time_s": round(time.time() - start, 1),
         "params": model.count_params(),
+        "versions": versions(),
     }
     for split in ("val", "test") if evaluate_test else ("val",):
         metrics[f"{split}_accuracy"] = accuracy(text_model, *data[split])
     print({k: v for k, v in metrics.items() if "accuracy" in k or "wall" in k})
     show_attention(text_model, data["val"][0][:3])
     if out:
-        save(os.path.join(out, "imdb_ssa"), text_model, metrics)
+        folder = os.path.join(out, "imdb_ssa")
+        os.makedirs(folder, exist_ok=True)
+        text_model.save(os.path.join(folder, "model.keras"))
+        export_saved_model(text_model, os.path.join(folder, "saved_model"))
+        with open(os.path.join(folder, "metrics.json"), "w") as f:
+            json.dump(metrics, f, indent=2)
     return metrics
 
 
