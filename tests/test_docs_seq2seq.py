@@ -9,6 +9,8 @@ import io
 import os
 import re
 
+from tests.backend import training
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "seq2seq.md")
 
@@ -20,9 +22,12 @@ def test_migration_guide_snippets_run():
     theirs = re.findall(r"```py\n(.*?)```", text, flags=re.S)
     assert len(ours) >= 4 and len(theirs) >= 2
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    # As a user runs them: autograd on under PyTorch (the test session
+    # turns it off), since one snippet trains with `fit`.
+    with contextlib.redirect_stdout(printed), training():
         exec(compile("\n".join(ours), DOC, "exec"), {})  # noqa: S102
     out = printed.getvalue()
     assert "(2, 4, 32) (2, 4, 5)" in out
     assert "\n1.4979\n" in out  # log(20) · 3/6
     assert "(2, 10)\n(2, 10, 5)" in out
+    assert "\nTrue\n" in out  # the training budget was not spent
