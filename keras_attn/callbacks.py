@@ -22,7 +22,9 @@ class TimeBudget(keras.callbacks.Callback):
         seconds: the budget, from the start of `fit`. Positive.
         anneal: decay the learning rate linearly to zero over the budget.
             The optimizer's learning rate must be a number, not a
-            `LearningRateSchedule`. Defaults to `False`.
+            `LearningRateSchedule`; the rate is set before every batch,
+            so other learning-rate callbacks (`ReduceLROnPlateau`) have
+            no effect. Defaults to `False`.
         clock: a function returning seconds. Defaults to `time.monotonic`.
 
     Example:
