@@ -109,3 +109,47 @@ def masked_softmax(scores, mask=None, axis=-1):
 def any_valid(mask, axis=-1):
     """True where at least one position along `axis` is unmasked."""
     return ops.any(ops.cast(mask, "bool"), axis=axis)
+
+
+def select(x, mask):
+    """`x` with masked (padding) steps set to zero by selection, so that
+    NaN or inf there cannot reach a valid output (`0 * nan` is nan)."""
+    if mask is None:
+        return x
+    keep = ops.cast(mask, "bool")
+    while len(keep.shape) < len(x.shape):
+        keep = keep[..., None]
+    return ops.where(keep, x, ops.zeros_like(x))
+
+
+def lean_masks(query_mask, value_mask):
+    """`(mask (B, 1, 1, Tv) or None, rows (B, Tq) or None)` for causal
+    self-attention with padding: query `t` has a key when some key
+    `j <= t` is unmasked."""
+    if value_mask is None:
+        return None, query_mask
+    keys = ops.cast(value_mask, "bool")
+    rows = ops.cumsum(ops.cast(keys, "int32"), axis=1) > 0  # (B, Tv)
+    if query_mask is not None:
+        rows = ops.logical_and(rows, ops.cast(query_mask, "bool"))
+    return keys[:, None, None, :], rows
+
+
+def zero_rows(output, rows):
+    """Zeros for the queries with no key (our guarantee)."""
+    if rows is None:
+        return output
+    rank = len(rows.shape)
+    rows = ops.broadcast_to(ops.cast(rows, "bool"), ops.shape(output)[:rank])
+    for _ in range(len(output.shape) - rank):
+        rows = rows[..., None]
+    return ops.where(rows, output, ops.zeros_like(output))
+
+
+def written_mask(query_mask, length, offset):
+    """`(B, length)`: the query mask of the new steps written at `offset`
+    into an all-valid key mask of the cache's length."""
+    batch = ops.shape(query_mask)[0]
+    keys = ops.ones((batch, length), "int32")
+    new = ops.cast(ops.cast(query_mask, "bool"), "int32")
+    return ops.cast(ops.slice_update(keys, (0, offset), new), "bool")

@@ -130,3 +130,46 @@ def check_features(widths, **tensors):
                 "the layer was built for that width. "
                 f"Received: {name}.shape={shape}"
             )
+
+
+def output_shape_argument(output_shape, output_dim):
+    if output_shape is None:
+        return (output_dim,) if output_dim else None
+    dims = (
+        tuple(output_shape)
+        if isinstance(output_shape, (tuple, list))
+        else (output_shape,)
+    )
+    if not dims or any(
+        isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in dims
+    ):
+        raise ValueError(
+            "Invalid `output_shape`: expected a positive integer or a tuple "
+            f"of them. Received: output_shape={output_shape!r}"
+        )
+    if output_dim is not None:
+        raise ValueError(
+            "Give output_dim or output_shape, not both. Received: "
+            f"output_dim={output_dim}, output_shape={output_shape!r}"
+        )
+    return dims
+
+
+def axes_argument(attention_axes):
+    """`attention_axes` as a tuple of ints (or `None`), checked."""
+    if attention_axes is None:
+        return None
+    axes = (
+        (attention_axes,)
+        if isinstance(attention_axes, int)
+        else tuple(attention_axes)
+    )
+    if not axes or any(
+        isinstance(a, bool) or not isinstance(a, int) or a == 0 for a in axes
+    ):
+        raise ValueError(
+            "Expected attention_axes to be a non-zero int or a tuple of "
+            f"them (axis 0 is the batch). Received: "
+            f"attention_axes={attention_axes!r}"
+        )
+    return axes

@@ -383,7 +383,7 @@ def test_attention_axes_serialize_and_bad_axes_name_the_argument(tmp_path):
     with pytest.raises(ValueError, match="position='sinusoidal'"):
         keras_attn.MultiHeadPositional(2, 2, attention_axes=(1, 2))(x, x)
     with pytest.raises(ValueError, match="cache"):
-        keras_attn.MultiHeadPositional(2, 2)(
+        keras_attn.MultiHeadPositional(2, 2, position=None)(
             x, cache=np.zeros((2, 2, 4, 2, 2), "float32")
         )
 

@@ -334,3 +334,33 @@ def test_invalid_inputs():
         layer(x_data(t=6))
     with pytest.raises(ValueError, match="batch size"):
         keras_attn.MultiHeadPositional(2, 4)(x_data(b=2), x_data(b=3))
+
+
+def test_explicit_value_mask_holds_in_self_attention():
+    # 0.2.0 replaced it by the query mask when `value` was None.
+    x = x_data(t=5)
+    keys = np.array([[1, 1, 1, 0, 0], [1, 0, 1, 1, 1]], bool)
+    layer = keras_attn.MultiHeadPositional(2, 4)
+    want = to_numpy(layer(x, x, value_mask=keys))
+    np.testing.assert_allclose(to_numpy(layer(x, value_mask=keys)), want)
+    _, scores = layer(x, value_mask=keys, return_attention_scores=True)
+    assert np.all(
+        to_numpy(scores)[~np.broadcast_to(keys[:, None, None, :], scores.shape)]
+        == 0.0
+    )
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_padding_never_reaches_valid_outputs(bad):
+    x, mem = x_data(t=4), x_data(t=6)
+    qm = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], bool)
+    vm = np.array([[1] * 6, [1, 1, 1, 0, 0, 0]], bool)
+    layer = keras_attn.MultiHeadPositional(2, 4, feed_forward="concat")
+    clean = to_numpy(layer(x, mem, query_mask=qm, value_mask=vm))
+    x2, mem2 = x.copy(), mem.copy()
+    x2[0, 3], mem2[1, 3:] = bad, bad
+    dirty = to_numpy(layer(x2, mem2, query_mask=qm, value_mask=vm))
+    np.testing.assert_allclose(dirty, clean, atol=1e-6)
+    self_clean = to_numpy(layer(x, query_mask=qm, use_causal_mask=True))
+    self_dirty = to_numpy(layer(x2, query_mask=qm, use_causal_mask=True))
+    np.testing.assert_allclose(self_dirty, self_clean, atol=1e-6)

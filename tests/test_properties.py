@@ -119,7 +119,9 @@ def test_structured_self_attention_property(b, t, d, hops, data):
     tq=st.integers(1, 6),
     tv=st.integers(1, 6),
     heads=st.integers(1, 3),
-    key_dim=st.integers(1, 4),
+    # key_dim=1 meets a Keras 3.15 TensorFlow bias bug when T == heads
+    # (tests/test_keras_machinery.py, docs/keras-differences.md).
+    key_dim=st.integers(2, 4),
     position=st.sampled_from(["sinusoidal", "learned", None]),
     ff=st.sampled_from([None, "concat", "per_head"]),
     data=st.data(),
