@@ -44,8 +44,9 @@ def run(args):
 
 
 def models_dir(args=None):
-    """`--models`, `$KERAS_ATTN_MODELS`, `./saved_models`, or the
-    checkout's `saved_models/`, the first that is given or exists."""
+    """`--models`, `$KERAS_ATTN_MODELS`, or the checkout's `saved_models/`,
+    the first that is given. Never the working directory's own folder: a
+    downloaded folder must not choose the models that run."""
     flag = getattr(args, "models", None)
     given = flag or os.environ.get("KERAS_ATTN_MODELS")
     if given:
@@ -56,9 +57,6 @@ def models_dir(args=None):
             )
         return given
     here = os.path.dirname(os.path.abspath(__file__))
-    for folder in ("saved_models", os.path.join(here, "..", "saved_models")):
-        if os.path.isdir(folder):
-            return os.path.normpath(folder)
     return os.path.normpath(os.path.join(here, "..", "saved_models"))
 
 

@@ -367,6 +367,71 @@ class Tokenizer:
         return ids
 
 
+# The most tokens a model's metadata may declare: sizes are read from the
+# file before anything runs, so they are bounded and checked.
+MAX_METADATA_LENGTH = 1 << 14
+
+
+def metadata_length(value, key, model_path, declared=None):
+    """`value` (from a model file's metadata `key`) as a positive int no
+    larger than `MAX_METADATA_LENGTH` nor than the model's `declared`
+    input length; a `ValueError` naming the file otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        problem = "is not a positive integer"
+    elif value > MAX_METADATA_LENGTH:
+        problem = f"is over the limit of {MAX_METADATA_LENGTH} tokens"
+    elif declared is not None and declared > 0 and value > declared:
+        problem = f"is larger than the model's input length {declared}"
+    else:
+        return value
+    raise ValueError(
+        f"Not a valid model: {model_path!r} declares {key}={value!r}, which "
+        f"{problem}."
+    )
+
+
+def check_external_data(proto, model_path):
+    """Refuse an ONNX model whose external data lies outside its folder:
+    an absolute path, a `..` step, or a symbolic link (onnxruntime before
+    1.24.1 read such files byte for byte)."""
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(model_path)))
+    for tensor in _onnx_tensors(proto.graph):
+        for entry in tensor.external_data:
+            if entry.key != "location":
+                continue
+            where = entry.value
+            path = os.path.join(folder, where)
+            parts = where.replace("\\", "/").split("/")
+            if (
+                os.path.isabs(where)
+                or ".." in parts
+                or os.path.realpath(path) != os.path.normpath(path)
+                or not os.path.realpath(path).startswith(folder + os.sep)
+            ):
+                raise ValueError(
+                    f"Refusing the ONNX model {model_path!r}: its external "
+                    f"data location {where!r} is outside its folder or a "
+                    "symbolic link."
+                )
+
+
+def _onnx_tensors(graph):
+    """Every tensor of an ONNX graph, its subgraphs' included."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.HasField("g"):
+                yield from _onnx_tensors(attribute.g)
+            for sub in attribute.graphs:
+                yield from _onnx_tensors(sub)
+
+
 class OnnxClassifier:
     """A text classifier written by `export.export_text_model(onnx=...)`,
     run with `onnxruntime` and this module's tokenizer (no TensorFlow).
@@ -400,10 +465,20 @@ class OnnxClassifier:
         vocabulary = check_vocabulary(
             meta["keras_attn.vocabulary"].split("\n"), model_path
         )
-        length = json.loads(meta.get("keras_attn.config", "{}")).get(
-            "max_length"
+        try:
+            config = json.loads(meta.get("keras_attn.config", "{}"))
+        except ValueError:
+            config = None
+        if not isinstance(config, dict):
+            raise ValueError(
+                f"Not a valid ONNX model: {model_path!r} (its "
+                "keras_attn.config metadata is not a JSON object)"
+            )
+        check_external_data(proto, model_path)
+        length = metadata_length(
+            config.get("max_length"), "max_length", model_path
         )
-        self.tokenizer = Tokenizer(vocabulary, int(length))
+        self.tokenizer = Tokenizer(vocabulary, length)
         self.session = onnxruntime.InferenceSession(model_path)
         first = self.session.get_inputs()[0]
         self.input = first.name
@@ -446,6 +521,11 @@ class LiteRTClassifier:
                     f"Not a valid LiteRT model: {model_path!r} (its "
                     f"{METADATA_CONFIG} metadata is not JSON)"
                 ) from None
+            if not isinstance(config, dict):
+                raise ValueError(
+                    f"Not a valid LiteRT model: {model_path!r} (its "
+                    f"{METADATA_CONFIG} metadata is not a JSON object)"
+                )
         if vocabulary_path is not None:
             vocabulary = read_vocabulary(vocabulary_path)
         elif METADATA_VOCABULARY in meta:
@@ -474,10 +554,19 @@ class LiteRTClassifier:
         # A model exported with `dynamic_length=True` has a -1 time axis: it
         # takes each review's own tokens (and cuts them at its length).
         self.dynamic = int(spec["shape_signature"][1]) == -1
+        max_tokens = config.get("max_length")
+        if max_tokens is not None:
+            max_tokens = metadata_length(
+                max_tokens,
+                "max_length",
+                model_path,
+                None if self.dynamic else length,
+            )
+        metadata_length(length, "its input length", model_path)
         self.tokenizer = Tokenizer(
             vocabulary,
             None if self.dynamic else length,
-            max_tokens=config.get("max_length"),
+            max_tokens=max_tokens,
         )
 
     def _run(self, **inputs):
@@ -601,8 +690,12 @@ class LiteRTTranslator:
                 f"expected one of {sorted(STANDARDIZERS)}"
             )
         self.standardize = STANDARDIZERS[name]
-        self.length = int(config["source_length"])
-        self.max_length = int(config["max_length"])
+        self.length = metadata_length(
+            config.get("source_length"), "source_length", model_path
+        )
+        self.max_length = metadata_length(
+            config.get("max_length"), "max_length", model_path
+        )
         self.end = int(config["end_id"])
         self.unknown = (
             int(config["unknown_id"]) if config.get("copy_unknown") else -1

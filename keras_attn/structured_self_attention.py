@@ -1,5 +1,7 @@
 """`StructuredSelfAttention` (Lin et al. 2017)."""
 
+import math
+
 import keras
 from keras import layers, ops
 
@@ -118,10 +120,12 @@ class StructuredSelfAttention(layers.Layer):
         if (
             isinstance(penalty_coefficient, bool)
             or not isinstance(penalty_coefficient, (int, float))
+            or not math.isfinite(penalty_coefficient)
             or penalty_coefficient < 0
         ):
             raise ValueError(
-                "Expected penalty_coefficient to be a non-negative number. "
+                "Expected penalty_coefficient to be a finite non-negative "
+                "number. "
                 f"Received: penalty_coefficient={penalty_coefficient!r}"
             )
         check_rate("dropout", dropout)

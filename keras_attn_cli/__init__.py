@@ -15,7 +15,7 @@ DESCRIPTION = """keras_attn: attention layers, their example models, export.
 With no command, classifies sample reviews with the shipped IMDB model and
 translates a few sentences (or runs a one-minute demo when no model is
 found). Models are looked up in --models, else $KERAS_ATTN_MODELS, else
-./saved_models, else saved_models/ beside a source checkout."""
+saved_models/ beside a source checkout; never in the working directory."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,8 +57,8 @@ def build_parser():
         "--models",
         default=None,
         metavar="DIR",
-        help="folder of shipped models (default: $KERAS_ATTN_MODELS, "
-        "./saved_models, or the checkout's saved_models/)",
+        help="folder of shipped models (default: $KERAS_ATTN_MODELS, else "
+        "the checkout's saved_models/; never ./saved_models)",
     )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     p = sub.add_parser("classify", help="classify reviews (the default)")

@@ -263,7 +263,7 @@ def test_saved_models_that_touch_files_are_refused(tmp_path, capsys):
 
     saved_module(tmp_path / "evil", evil)
     code, out, err = cli(capsys, "predict", str(tmp_path / "evil"), "hi")
-    assert_clean_error(code, err, "ReadFile, WriteFile")
+    assert_clean_error(code, err, "ReadFile, StringLength, WriteFile")
     assert not written.exists() and out == ""
 
 
@@ -428,3 +428,15 @@ def test_timeout_turns_a_model_that_never_finishes_into_an_error(tmp_path):
     assert "--timeout=15 seconds" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert time.time() - start < 120
+
+
+def test_models_never_come_from_the_working_directory(tmp_path, monkeypatch):
+    # A downloaded folder holding ./saved_models chose the models that
+    # `keras-attn` ran with no arguments (round three).
+    from keras_attn import cli as cli_module
+
+    (tmp_path / "saved_models" / "imdb_ssa").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KERAS_ATTN_MODELS", raising=False)
+    found = os.path.realpath(cli_module.models_dir())
+    assert not found.startswith(os.path.realpath(str(tmp_path)))

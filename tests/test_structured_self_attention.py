@@ -157,6 +157,9 @@ def test_config_round_trip():
         ({"num_hops": 0}, "num_hops=0"),
         ({"units": 2.5}, "units=2.5"),
         ({"penalty_coefficient": -1}, "penalty_coefficient=-1"),
+        # accepted by 0.2.0: nan made the penalty vanish, inf infinite
+        ({"penalty_coefficient": float("nan")}, "penalty_coefficient=nan"),
+        ({"penalty_coefficient": float("inf")}, "penalty_coefficient=inf"),
         ({"dropout": -0.1}, "dropout=-0.1"),
     ],
 )

@@ -1,0 +1,92 @@
+"""Sizes and paths read from a model file are checked before use (trust
+round three): `max_length` in metadata, ONNX external-data locations."""
+
+import os
+
+import numpy as np
+import pytest
+
+from keras_attn import litert_runtime
+
+
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        (0, "not a positive integer"),
+        (-5, "not a positive integer"),
+        (True, "not a positive integer"),  # read as one token by 0.2.0
+        ("8", "not a positive integer"),
+        (1 << 28, "over the limit"),  # a 2.7 GB token matrix in 0.2.0
+    ],
+)
+def test_bad_metadata_lengths_are_refused_naming_the_file(value, needle):
+    with pytest.raises(ValueError, match=needle) as info:
+        litert_runtime.metadata_length(value, "max_length", "m.tflite")
+    assert "m.tflite" in str(info.value) and "max_length" in str(info.value)
+
+
+def test_metadata_length_must_fit_the_declared_input():
+    assert litert_runtime.metadata_length(8, "max_length", "m", 8) == 8
+    with pytest.raises(ValueError, match="input length 8"):
+        litert_runtime.metadata_length(9, "max_length", "m", 8)
+
+
+onnx = pytest.importorskip("onnx")
+
+
+def onnx_with_external(tmp_path, location, length=4):
+    from onnx import TensorProto, helper
+
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])
+    weight.ClearField("float_data")
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (
+        ("location", location),
+        ("offset", "0"),
+        ("length", "8"),
+    ):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [weight],
+    )
+    model = helper.make_model(graph)
+    for key, value in (
+        ("keras_attn.vocabulary", "\n[UNK]\ngood"),
+        ("keras_attn.config", f'{{"max_length": {length}}}'),
+    ):
+        prop = model.metadata_props.add()
+        prop.key, prop.value = key, value
+    path = str(tmp_path / "model" / "m.onnx")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("kind", ["parent", "absolute", "symlink"])
+def test_onnx_external_data_outside_the_folder_is_refused(tmp_path, kind):
+    secret = tmp_path / "secret"
+    secret.write_bytes(np.arange(2, dtype="float32").tobytes())
+    location = {
+        "parent": "../secret",
+        "absolute": str(secret),
+        "symlink": "link",
+    }[kind]
+    path = onnx_with_external(tmp_path, location)
+    if kind == "symlink":
+        os.symlink(str(secret), os.path.join(os.path.dirname(path), "link"))
+    with pytest.raises(ValueError, match="external data location"):
+        litert_runtime.OnnxClassifier(path)
+
+
+def test_onnx_max_length_from_metadata_is_bounded(tmp_path):
+    path = onnx_with_external(tmp_path, "w.bin", length=1 << 28)
+    with open(os.path.join(os.path.dirname(path), "w.bin"), "wb") as f:
+        f.write(np.ones(2, "float32").tobytes())
+    with pytest.raises(ValueError, match="over the limit"):
+        litert_runtime.OnnxClassifier(path)
