@@ -46,6 +46,13 @@ def build_parser():
         help="show TensorFlow's logs and full tracebacks",
     )
     parser.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run the command in a bubblewrap sandbox: no network, a "
+        "read-only file system, an empty /tmp as scratch (for models from "
+        "strangers; needs the bubblewrap package)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=None,
@@ -112,12 +119,20 @@ def build_parser():
     p.add_argument(
         "--alignment", action="store_true", help="print the first alignment"
     )
-    p.add_argument("--allow-unsafe-ops", action="store_true")
+    p.add_argument(
+        "--allow-unsafe-ops",
+        action="store_true",
+        help="run a SavedModel holding ops outside the allowlist",
+    )
     p = sub.add_parser("align", help="translation alignment heatmap (PNG)")
     p.add_argument("model", help="translator folder or its saved_model")
     p.add_argument("text")
     p.add_argument("--out", default="alignment.png")
-    p.add_argument("--allow-unsafe-ops", action="store_true")
+    p.add_argument(
+        "--allow-unsafe-ops",
+        action="store_true",
+        help="run a SavedModel holding ops outside the allowlist",
+    )
     p = sub.add_parser("predict", help="run a .keras, SavedModel or .tflite")
     p.add_argument("artifact")
     _texts(p, "texts to classify")
@@ -129,7 +144,7 @@ def build_parser():
     p.add_argument(
         "--allow-unsafe-ops",
         action="store_true",
-        help="run a SavedModel whose graph touches files or calls Python",
+        help="run a SavedModel holding ops outside the allowlist",
     )
     return parser
 
@@ -197,6 +212,10 @@ def main(argv=None):
         build_parser().error(
             f"--timeout must be positive. Received: --timeout={args.timeout}"
         )
+    if args.sandbox and not os.environ.get("KERAS_ATTN_SANDBOX"):
+        from keras_attn_cli import sandbox
+
+        return sandbox.run(argv)
     timer = _watchdog(args.timeout) if args.timeout else None
     try:
         return _main(args)
