@@ -12,7 +12,6 @@ input model) and the folders that hold them are never replaced.
 import contextlib
 import json
 import os
-import re
 import shutil
 import tempfile
 
@@ -135,48 +134,112 @@ def check_destination(path, kind, overwrite=False, protect=(), arg="path"):
     return target
 
 
-def _alive(pid):
+# A temporary export folder carries this marker (a random token that its
+# name repeats, the host, the target); only folders with a valid marker
+# older than `STALE_SECONDS` are ever removed by a later export.
+_MARKER = ".keras-attn-export.json"
+STALE_SECONDS = 3600
+
+
+def _marker(path):
+    """The marker of a temporary export folder, or `None` if it is not
+    one of ours (no marker, or a token that its name does not repeat)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        with open(os.path.join(path, _MARKER)) as f:
+            marker = json.load(f)
+    except (OSError, ValueError):
+        return None
+    token = marker.get("token") if isinstance(marker, dict) else None
+    if not isinstance(token, str) or not os.path.basename(path).endswith(
+        "-" + token
+    ):
+        return None
+    return marker
 
 
-def clean_stale_temporaries(folder, prefix=_TMP_PREFIX):
-    """Remove `prefix<pid>-*` folders left in `folder` by killed exports
-    (their process is gone). Returns the removed paths."""
+def clean_stale_temporaries(folder, prefix=_TMP_PREFIX, now=None):
+    """Remove the temporary folders of exports killed more than
+    `STALE_SECONDS` ago in `folder`: only folders named `prefix*` holding
+    a marker we wrote. An earlier artifact that a killed export had moved
+    aside (its target now missing) is moved back first. Returns the
+    removed paths."""
+    import time
+
+    now = time.time() if now is None else now
     removed = []
-    pattern = re.compile(re.escape(prefix) + r"(\d+)-")
     try:
         names = os.listdir(folder)
     except OSError:
         return removed
     for name in names:
-        m = pattern.match(name)
         path = os.path.join(folder, name)
-        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+        if not name.startswith(prefix) or os.path.islink(path):
+            continue
+        marker = _marker(path)
+        if marker is None or now - float(marker.get("time", now)) < (
+            STALE_SECONDS
+        ):
+            continue
+        old, target = os.path.join(path, "old"), marker.get("target")
+        if (
+            isinstance(target, str)
+            and os.path.dirname(target) == os.path.abspath(folder)
+            and os.path.lexists(old)
+            and not os.path.lexists(target)
+        ):
+            with contextlib.suppress(OSError):
+                os.replace(old, target)  # the earlier artifact comes back
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
     return removed
 
 
-def _temporary_dir(parent=None, prefix=_TMP_PREFIX):
-    """A fresh temporary folder whose name carries this process's id, so
-    that a later export can tell it is stale once the process is gone."""
+def _temporary_dir(parent=None, prefix=_TMP_PREFIX, target=None):
+    """A fresh temporary folder with our marker (see `_marker`)."""
+    import secrets
+    import socket
+    import time
+
     parent = parent or tempfile.gettempdir()
     clean_stale_temporaries(parent, prefix)
-    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+    token = secrets.token_hex(8)
+    path = os.path.join(parent, f"{prefix}{os.getpid()}-{token}")
+    os.mkdir(path, 0o700)
+    marker = {
+        "token": token,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "time": time.time(),
+        "target": target,
+    }
+    with open(os.path.join(path, _MARKER), "w") as f:
+        json.dump(marker, f)
+    return path
+
+
+def _identity(path):
+    """What is at `path` now: `None`, or (device, inode, is a folder)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, os.path.isdir(path)
 
 
 class _Stage:
-    """Write into a temporary path beside `target`; `commit` moves it in."""
+    """Write into a temporary path beside `target`; `swap` moves it in.
+
+    A file replaces its target with one `os.replace` (the earlier file is
+    hard-linked, or copied, aside first, for `undo`): a kill at any moment
+    leaves the earlier file or the new one. A folder takes two renames; a
+    killed export's earlier folder is moved back by the next export. The
+    target is checked again just before the move: whatever appeared or
+    changed there since the export began is left alone (an error)."""
 
     def __init__(self, target):
         self.target = target
-        self.tmp_dir = _temporary_dir(os.path.dirname(target))
+        self.before = _identity(target)
+        self.tmp_dir = _temporary_dir(os.path.dirname(target), target=target)
         self.tmp = os.path.join(self.tmp_dir, "new")
         self.old = os.path.join(self.tmp_dir, "old")
         self.moved_old = self.moved_new = False
@@ -184,13 +247,29 @@ class _Stage:
     def swap(self):
         if not os.path.lexists(self.tmp):
             raise RuntimeError(f"The export wrote nothing at {self.tmp!r}.")
-        if os.path.lexists(self.target):
+        if _identity(self.target) != self.before:
+            raise ValueError(
+                f"{self.target!r} changed while the export ran (something "
+                "else wrote there); it is left as it is and nothing was "
+                "replaced."
+            )
+        is_file = not os.path.isdir(self.tmp)
+        if self.before is not None and is_file and not self.before[2]:
+            try:
+                os.link(self.target, self.old)
+            except OSError:
+                shutil.copy2(self.target, self.old)
+            self.moved_old = "linked"
+        elif self.before is not None:
             os.replace(self.target, self.old)
             self.moved_old = True
         os.replace(self.tmp, self.target)
         self.moved_new = True
 
     def undo(self):
+        if self.moved_new and self.moved_old == "linked":
+            os.replace(self.old, self.target)  # one rename back
+            return
         if self.moved_new:
             if os.path.isdir(self.target) and not os.path.islink(self.target):
                 shutil.rmtree(self.target, ignore_errors=True)

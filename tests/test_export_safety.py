@@ -3,6 +3,7 @@
 Every case here lost data or wrote half an export on the 0.1 exporter.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -176,32 +177,91 @@ def test_a_different_vocabulary_file_is_not_overwritten(model, tmp_path):
     assert path.read_text() == "\n[UNK]\nother\n"
 
 
-def test_stale_temporaries_of_killed_exports_are_removed(model, tmp_path):
-    import tempfile
+def test_only_our_old_temporaries_are_removed(model, tmp_path):
+    # 0.2.0 removed any `.tmp-export-<pid>-*` folder whose pid was not
+    # running here: a user's own folder of that name, or another
+    # container's export in progress (pids are per namespace).
+    import time
 
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
         text=True,
     ).stdout.strip()
-    stale = tmp_path / f".tmp-export-{dead}-abc"
-    stale.mkdir()
-    (stale / "new").write_text("half")
-    scratch = os.path.join(
-        tempfile.gettempdir(), f"keras-attn-scratch-{dead}-x"
-    )
-    os.makedirs(scratch, exist_ok=True)
-    mine = tmp_path / f".tmp-export-{os.getpid()}-live"
-    mine.mkdir()
+    users = tmp_path / f".tmp-export-{dead}-abc"
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
+    running = export._temporary_dir(str(tmp_path), target="elsewhere")
+    stale = export._temporary_dir(str(tmp_path), target="gone")
+    marker = os.path.join(stale, export._MARKER)
+    with open(marker) as f:
+        content = json.load(f)
+    content["time"] = time.time() - 2 * export.STALE_SECONDS
+    with open(marker, "w") as f:
+        json.dump(content, f)
     export.export_text_tflite(model, str(tmp_path / "m.tflite"))
-    assert not stale.exists() and not os.path.exists(scratch)
-    assert mine.exists()  # a live process's folder is left alone
-    left = [
-        n
-        for n in os.listdir(tempfile.gettempdir())
-        if n.startswith(f"keras-attn-scratch-{os.getpid()}-")
-    ]
-    assert left == []
+    assert (users / "notes.txt").read_text() == "mine"
+    assert os.path.isdir(running) and not os.path.exists(stale)
+
+
+def test_an_earlier_folder_moved_aside_by_a_killed_export_comes_back(
+    tmp_path,
+):
+    import time
+
+    tmp = export._temporary_dir(str(tmp_path), target=str(tmp_path / "served"))
+    os.makedirs(os.path.join(tmp, "old"))
+    with open(os.path.join(tmp, "old", "saved_model.pb"), "wb") as f:
+        f.write(b"earlier")
+    marker = os.path.join(tmp, export._MARKER)
+    with open(marker) as f:
+        content = json.load(f)
+    content["time"] = time.time() - 2 * export.STALE_SECONDS
+    with open(marker, "w") as f:
+        json.dump(content, f)
+    export.clean_stale_temporaries(str(tmp_path))
+    assert (tmp_path / "served" / "saved_model.pb").read_bytes() == b"earlier"
+    assert not os.path.exists(tmp)
+
+
+def test_a_folder_created_during_the_export_is_left_alone(model, tmp_path):
+    # 0.2.0 checked the destination only at the start and deleted what
+    # appeared there meanwhile.
+    target = tmp_path / "served"
+    real = export._write_saved_model
+
+    def slow_write(*args, **kwargs):
+        real(*args, **kwargs)
+        target.mkdir()
+        (target / "mine.txt").write_text("keep")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(export, "_write_saved_model", slow_write)
+        with pytest.raises(ValueError, match="changed while the export ran"):
+            export.export_saved_model(model, str(target))
+    assert (target / "mine.txt").read_text() == "keep"
+    assert os.listdir(target) == ["mine.txt"]
+
+
+def test_a_file_is_replaced_by_one_rename(model, tmp_path, monkeypatch):
+    # 0.2.0 moved the earlier file aside, then the new one in: a kill
+    # between the two renames left no `m.tflite`.
+    path = tmp_path / "m.tflite"
+    export.export_text_tflite(model, str(path))
+    before = path.read_bytes()
+    renames = []
+    real = os.replace
+
+    def spy(src, dst):
+        renames.append(dst)
+        if os.path.abspath(dst) == str(path):
+            assert path.read_bytes() == before  # the earlier file, intact
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    export.export_text_tflite(model, str(path))
+    assert renames.count(str(path)) == 1 and len(renames) == 1
+    assert export.is_tflite_file(str(path))
 
 
 def test_an_unwritable_destination_fails_before_any_work(
