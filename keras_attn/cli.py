@@ -399,6 +399,7 @@ def _explain(args):
             f"No known word in the text: nothing to explain. Received: "
             f"{_snippet(text)!r}"
         )
+    explain.check_outputs(args.out, args.overwrite)
     result = _run_model(explain.attend, model, [text])[0]
     os.makedirs(args.out, exist_ok=True)
     html_path = explain.write_html(

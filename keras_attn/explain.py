@@ -5,8 +5,10 @@ Works with any saved model that takes raw strings, holds a
 `probability` and `attention` `(B, hops, T)` (the IMDB example's models).
 """
 
+import contextlib
 import html
 import os
+import tempfile
 
 import numpy as np
 
@@ -118,6 +120,49 @@ def _highlight(text, tokens, weights, rgb):
     return "".join(parts)
 
 
+OUTPUTS = ("attention.html", "attention.png")
+# Written into every page and picture of ours, so that a later run can tell
+# its own earlier output (replaced) from a user's file (kept).
+GENERATOR = "keras-attn explain"
+
+
+def is_our_output(path):
+    """Whether `path` is a regular file that `write_html`/`write_heatmap`
+    wrote (it names `GENERATOR` in its first 4 KiB)."""
+    if not os.path.isfile(path) or os.path.islink(path):
+        return False
+    with open(path, "rb") as f:
+        return GENERATOR.encode() in f.read(4096)
+
+
+def check_outputs(folder, overwrite=False, names=OUTPUTS):
+    """Raise a `ValueError` naming `--out` unless each of `names` in
+    `folder` is absent, an earlier output of ours, or `overwrite`."""
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.lexists(path) and not overwrite and not is_our_output(path):
+            raise ValueError(
+                f"{path!r} exists and is not an earlier keras-attn explain "
+                "output; pass --overwrite to replace it. Received: "
+                f"--out={folder!r}"
+            )
+
+
+@contextlib.contextmanager
+def _replacing(path):
+    """A temporary file beside `path`, moved over it by one `os.replace`
+    once written (removed on failure)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".explain-", dir=folder)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def write_html(result, path):
     """The text highlighted by attention: summed over hops, then per hop."""
     a = result["attention"]
@@ -130,6 +175,7 @@ def write_html(result, path):
     )
     parts = [
         "<!doctype html><meta charset='utf-8'><title>attention</title>",
+        f"<meta name='generator' content='{GENERATOR}'>",
         "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;"
         "color:#111;background:#fff}p{line-height:1.9}"
         "span{padding:1px 2px;border-radius:3px}"
@@ -142,7 +188,7 @@ def write_html(result, path):
     for h in range(a.shape[0]):
         parts.append(f"<h4>Hop {h + 1}</h4>")
         parts.append(f"<p>{_highlight(text, tokens, a[h], '30,80,200')}</p>")
-    with open(path, "w", encoding="utf-8") as f:
+    with _replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write("\n".join(parts))
     return path
 
@@ -189,13 +235,21 @@ def write_heatmap(result, path, tokens_per_row=60):
     fig.colorbar(
         image, ax=axes[:, 0].tolist(), label="attention weight", shrink=0.8
     )
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    with _replacing(path) as tmp:
+        fig.savefig(
+            tmp,
+            format="png",
+            dpi=120,
+            bbox_inches="tight",
+            metadata={"Software": GENERATOR},
+        )
     plt.close(fig)
     return path
 
 
-def explain(model_path, text, out_dir):
+def explain(model_path, text, out_dir, overwrite=False):
     """Write `attention.html` and `attention.png` for `text` in `out_dir`."""
+    check_outputs(out_dir, overwrite)
     model = load_text_model(model_path)
     result = attend(model, text)[0]
     os.makedirs(out_dir, exist_ok=True)

@@ -79,7 +79,17 @@ def build_parser():
     p.add_argument(
         "--file", default=None, metavar="PATH", help="the text from a file"
     )
-    p.add_argument("--out", default="explain_out", help="output folder")
+    p.add_argument(
+        "--out",
+        default="explain_out",
+        help="output folder (default: ./explain_out)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace attention.html/.png files that are not earlier "
+        "keras-attn explain outputs",
+    )
     p = sub.add_parser("export", help="SavedModel, LiteRT and ONNX export")
     p.add_argument("model", help="a .keras raw-text model or its folder")
     p.add_argument("--saved-model", default=None, help="target folder")

@@ -440,3 +440,24 @@ def test_models_never_come_from_the_working_directory(tmp_path, monkeypatch):
     monkeypatch.delenv("KERAS_ATTN_MODELS", raising=False)
     found = os.path.realpath(cli_module.models_dir())
     assert not found.startswith(os.path.realpath(str(tmp_path)))
+
+
+def test_explain_keeps_a_users_page_and_replaces_its_own(
+    files, tmp_path, capsys
+):
+    # 0.2.0 silently replaced any attention.html / attention.png in --out.
+    folder, _ = files
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "attention.html").write_text("my notes")
+    args = ["explain", str(folder / "model.keras"), "great film"]
+    code, _, err = cli(capsys, *args, "--out", str(out))
+    assert_clean_error(code, err, "--overwrite")
+    assert (out / "attention.html").read_text() == "my notes"
+    assert not (out / "attention.png").exists()
+    assert cli(capsys, *args, "--out", str(out), "--overwrite")[0] == 0
+    first = (out / "attention.png").read_bytes()
+    assert cli(capsys, *args, "--out", str(out))[0] == 0  # ours: replaced
+    assert (out / "attention.png").read_bytes() == first
+    assert "my notes" not in (out / "attention.html").read_text()
+    assert sorted(os.listdir(out)) == ["attention.html", "attention.png"]
