@@ -213,11 +213,52 @@ def read_vocabulary(path):
 _DTYPE_BYTES = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 6: 1, 7: 2, 9: 1, 10: 8}
 
 
+def _count_tables(schema, data):
+    """Count the tables that unpacking `data` would create, lazily, and
+    stop with a `ValueError` once the count passes what a file of this
+    size can hold without sharing tables (each distinct table takes at
+    least 4 bytes): a tiny file whose vectors all point at one shared
+    table would otherwise unpack into millions of objects."""
+    limit = len(data) // 4 + 1024
+    count = 0
+
+    def add(n):
+        nonlocal count
+        count += n
+        if count > limit:
+            raise ValueError(
+                f"more tables than a {len(data)}-byte file can hold "
+                "(shared tables)"
+            )
+
+    model = schema.Model.GetRootAs(data, 0)
+    add(model.BuffersLength() + model.OperatorCodesLength())
+    add(model.MetadataLength() + model.SubgraphsLength())
+    for i in range(model.SignatureDefsLength()):
+        sig = model.SignatureDefs(i)
+        add(1 + sig.InputsLength() + sig.OutputsLength())
+    for g in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(g)
+        add(2 * graph.TensorsLength() + 2 * graph.OperatorsLength())
+        for t in range(graph.TensorsLength()):
+            tensor = graph.Tensors(t)
+            add(tensor.ShapeLength() // 8 + tensor.VariantTensorsLength())
+    return count
+
+
 def _model_object(data):
     from ai_edge_litert import schema_py_generated as schema
 
     if len(data) < 16 or data[4:8] != b"TFL3":
         raise ValueError("not a LiteRT flatbuffer (no 'TFL3' identifier)")
+    try:
+        _count_tables(schema, bytearray(data))
+    except ValueError:
+        raise
+    except Exception as err:  # a malformed table: any decoding error
+        raise ValueError(
+            f"malformed flatbuffer ({type(err).__name__})"
+        ) from None
     try:
         return schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
     except Exception as err:  # a malformed table: any decoding error

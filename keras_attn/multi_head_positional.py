@@ -362,16 +362,23 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         use_causal_mask=False,
     ):
         """Keras's attention, then `g` on the heads' outputs."""
+        # JAX's fused op needs value heads as wide as key heads (Keras 3.15
+        # MultiHeadAttention fails there): take the explicit path.
+        explicit = return_attention_scores or (
+            self.value_dim != self.key_dim
+            and keras.backend.backend() == "jax"
+            and not self._flash_attention
+        )
         context, scores = super()._compute_attention(
             query,
             key,
             value,
             attention_mask,
             training,
-            return_attention_scores,
+            explicit,
             use_causal_mask=use_causal_mask,
         )
-        return self._g(context), scores
+        return self._g(context), scores if return_attention_scores else None
 
     def _g(self, context):
         if self.feed_forward is None:

@@ -90,3 +90,50 @@ def test_onnx_max_length_from_metadata_is_bounded(tmp_path):
         f.write(np.ones(2, "float32").tobytes())
     with pytest.raises(ValueError, match="over the limit"):
         litert_runtime.OnnxClassifier(path)
+
+
+def shared_table_model(copies):
+    """A `.tflite` whose `copies` subgraphs are one shared table holding
+    `copies` references to one shared tensor table: a few KB on disk,
+    `copies**2` tensors once unpacked."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as s
+
+    b = flatbuffers.Builder(1024)
+    s.TensorStart(b)
+    s.TensorAddBuffer(b, 0)
+    tensor = s.TensorEnd(b)
+    s.SubGraphStartTensorsVector(b, copies)
+    for _ in range(copies):
+        b.PrependUOffsetTRelative(tensor)
+    tensors = b.EndVector()
+    s.SubGraphStart(b)
+    s.SubGraphAddTensors(b, tensors)
+    graph = s.SubGraphEnd(b)
+    s.ModelStartSubgraphsVector(b, copies)
+    for _ in range(copies):
+        b.PrependUOffsetTRelative(graph)
+    graphs = b.EndVector()
+    s.BufferStart(b)
+    buffer = s.BufferEnd(b)
+    s.ModelStartBuffersVector(b, 1)
+    b.PrependUOffsetTRelative(buffer)
+    buffers = b.EndVector()
+    s.ModelStart(b)
+    s.ModelAddVersion(b, 3)
+    s.ModelAddSubgraphs(b, graphs)
+    s.ModelAddBuffers(b, buffers)
+    b.Finish(s.ModelEnd(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def test_a_tiny_tflite_of_shared_tables_is_refused_before_unpacking():
+    # 0.2.0 unpacked such a 16 KB file into 4 million objects (2.1 GB,
+    # still running at 60 s).
+    pytest.importorskip("ai_edge_litert")
+    data = shared_table_model(2000)
+    assert len(data) < 20_000
+    with pytest.raises(ValueError, match="shared tables"):
+        litert_runtime.verify_model(data)
+    small = shared_table_model(3)  # few copies: structurally fine
+    litert_runtime.verify_model(small)
