@@ -683,6 +683,44 @@ def standardize_sentence(text):
     return split_sentence(text.translate(ASCII_LOWER))
 
 
+# The known ways of joining output tokens, by name. A model file names one;
+# patterns are never read from a file (a crafted pattern such as
+# `^(.+)+Q` makes a regular expression run for ever).
+DETOKENIZERS = {
+    # French: `l' homme` → `l'homme`, no space before `.` and `,`; the space
+    # before `! ? : ;` stays (French typography).
+    "french": ((" +", " "), ("' ", "'"), (r" ([.,])", r"\1")),
+}
+
+
+def detokenizer(config, model_path):
+    """The rules of the detokenizer a translator's config names (or, for
+    files written before names, whose rules equal a known one)."""
+    name = config.get("detokenizer")
+    if name is None and "detokenize" in config:
+        given = config["detokenize"]
+        name = next(
+            (
+                known
+                for known, rules in DETOKENIZERS.items()
+                if isinstance(given, list) and [list(r) for r in rules] == given
+            ),
+            None,
+        )
+        if name is None:
+            raise ValueError(
+                f"Refusing the detokenization patterns in {model_path!r}: "
+                "patterns are never read from a model file; known "
+                f"detokenizers are {sorted(DETOKENIZERS)}."
+            )
+    if name not in DETOKENIZERS:
+        raise ValueError(
+            f"Unknown detokenizer {name!r} in {model_path!r}; expected one "
+            f"of {sorted(DETOKENIZERS)}"
+        )
+    return DETOKENIZERS[name]
+
+
 STANDARDIZERS = {
     "split_sentence": split_sentence,
     "standardize_sentence": standardize_sentence,
@@ -741,7 +779,7 @@ class LiteRTTranslator:
         self.unknown = (
             int(config["unknown_id"]) if config.get("copy_unknown") else -1
         )
-        self.detokenize = [tuple(rule) for rule in config["detokenize"]]
+        self.detokenize = detokenizer(config, model_path)
         self.runner = self.interpreter.get_signature_runner("translate")
         self.index = {t: i for i, t in enumerate(self.source_vocab) if i > 1}
 

@@ -137,3 +137,17 @@ def test_a_tiny_tflite_of_shared_tables_is_refused_before_unpacking():
         litert_runtime.verify_model(data)
     small = shared_table_model(3)  # few copies: structurally fine
     litert_runtime.verify_model(small)
+
+
+def test_detokenization_patterns_are_never_read_from_a_model_file():
+    # 0.2.0 applied regular expressions from the file: `^(.+)+Q` hung
+    # `translate()` for ever.
+    rules = litert_runtime.DETOKENIZERS["french"]
+    legacy = {"detokenize": [list(r) for r in rules]}
+    assert litert_runtime.detokenizer(legacy, "m.tflite") == rules
+    assert litert_runtime.detokenizer({"detokenizer": "french"}, "m") == rules
+    evil = {"detokenize": [["^(.+)+Q", ""]]}
+    with pytest.raises(ValueError, match="never read from a model file"):
+        litert_runtime.detokenizer(evil, "m.tflite")
+    with pytest.raises(ValueError, match="Unknown detokenizer 'x'"):
+        litert_runtime.detokenizer({"detokenizer": "x"}, "m.tflite")

@@ -15,11 +15,11 @@ import os
 
 import tensorflow as tf
 
+from keras_attn.litert_runtime import DETOKENIZERS
 from keras_attn.seq2seq import search
 
-# Joining French output tokens: `l' homme` → `l'homme`, no space before
-# `.` and `,`; the space before `! ? : ;` stays (French typography).
-DETOKENIZE = ((" +", " "), ("' ", "'"), (r" ([.,])", r"\1"))
+# Joining French output tokens (the runtime's named rules).
+DETOKENIZE = DETOKENIZERS["french"]
 
 
 def copy_positions(attention, source, unknown_id=1):
@@ -325,6 +325,14 @@ class Translator(tf.Module):
             )
             return {"ids": out["ids"], "alignment": out["alignment"]}
 
+        named = [n for n, r in DETOKENIZERS.items() if r == self.detokenize]
+        if not named:
+            raise ValueError(
+                "A LiteRT translator names its detokenizer (patterns never "
+                "travel in a model file): give one of the rule sets of "
+                "keras_attn.litert_runtime.DETOKENIZERS. Received: "
+                f"detokenize={self.detokenize!r}"
+            )
         config = {
             "kind": "translator",
             "standardize": getattr(self.standardize, "__name__", None),
@@ -334,7 +342,7 @@ class Translator(tf.Module):
             "end_id": self.end_id,
             "unknown_id": self.unknown_id,
             "copy_unknown": self.standardize is not None,
-            "detokenize": [list(rule) for rule in self.detokenize],
+            "detokenizer": named[0],
         }
         metadata = {
             "keras_attn.config": json.dumps(config).encode(),
