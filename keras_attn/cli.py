@@ -5,6 +5,7 @@ Every command checks its inputs before work and reports problems as a
 them as one `keras-attn: error: ...` line with exit status 2.
 """
 
+import itertools
 import os
 import sys
 
@@ -89,43 +90,97 @@ def find_translator(args=None):
     return None
 
 
-def read_text_file(path, flag):
-    """Non-blank lines of a UTF-8 file (`-`: standard input); errors name
-    `flag`, the option that gave the path."""
-    if path == "-":
-        data = sys.stdin.buffer.read()
-    elif not os.path.isfile(path):
+# A text line is cut at this many bytes before anything splits it: every
+# model reads at most a few thousand tokens.
+MAX_LINE_BYTES = 1 << 16
+# Texts scored per batch when reading a file or standard input.
+CHUNK = 256
+
+
+def iter_text_lines(path, flag, limit=MAX_LINE_BYTES):
+    """The non-blank lines of a UTF-8 file (`-`: standard input), one at a
+    time, each cut at `limit` bytes (the rest of a longer line is read
+    and dropped): memory stays bounded however long the input. Errors
+    name `flag`, the option that gave the path."""
+    if path != "-" and not os.path.isfile(path):
         raise ValueError(f"No such file. Received: {flag}={path!r}")
-    else:
-        with open(path, "rb") as f:
-            data = f.read()
+    f = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+    offset = 0
     try:
-        lines = data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise ValueError(
-            f"Expected UTF-8 text ({err.reason} at byte {err.start}). "
-            f"Received: {flag}={path!r}"
-        ) from None
-    return [line for line in lines if line.strip()]
+        while True:
+            line = f.readline(limit)
+            if not line:
+                return
+            start = offset
+            offset += len(line)
+            if len(line) == limit and not line.endswith(b"\n"):
+                while True:  # drop the rest of an over-long line
+                    rest = f.readline(limit)
+                    offset += len(rest)
+                    if not rest or rest.endswith(b"\n"):
+                        break
+                line = _whole_characters(line)
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"Expected UTF-8 text ({err.reason} at byte "
+                    f"{start + err.start}). Received: {flag}={path!r}"
+                ) from None
+            for part in text.splitlines():  # \r and other line breaks
+                if part.strip():
+                    yield part
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
 
 
-def read_texts(args, default=None, flag="text"):
-    """Positional texts plus `--file` lines (`-`: standard input)."""
-    texts = list(getattr(args, "text", None) or [])
+def _whole_characters(data):
+    """`data` without a UTF-8 character cut at its end."""
+    for cut in range(4):
+        try:
+            (data[: len(data) - cut] if cut else data).decode("utf-8")
+            return data[: len(data) - cut] if cut else data
+        except UnicodeDecodeError:
+            continue
+    return data
+
+
+def read_text_file(path, flag):
+    """Non-blank lines of a UTF-8 file (`-`: standard input), each cut at
+    `MAX_LINE_BYTES`; errors name `flag`."""
+    return list(iter_text_lines(path, flag))
+
+
+def iter_texts(args, flag="text"):
+    """Positional texts, then `--file` lines, one at a time."""
+    given = False
+    for text in getattr(args, "text", None) or []:
+        given = True
+        yield text[:MAX_LINE_BYTES]
     if getattr(args, "file", None) is not None:
-        texts += read_text_file(args.file, "--file")
-    if not texts:
-        if default is not None:
-            return list(default)
+        for text in iter_text_lines(args.file, "--file"):
+            given = True
+            yield text
+    if not given:
         raise ValueError(
             f"Nothing to read: give {flag} arguments or --file. "
             "Received: no text"
         )
-    return texts
+
+
+def read_texts(args, default=None, flag="text"):
+    """Positional texts plus `--file` lines (`-`: standard input)."""
+    try:
+        return list(iter_texts(args, flag))
+    except ValueError as err:
+        if default is not None and str(err).startswith("Nothing to read"):
+            return list(default)
+        raise
 
 
 def _snippet(text, width=80):
-    text = " ".join(text.split())
+    text = " ".join(text[: 4 * width].split())  # never splits a long text
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -467,60 +522,77 @@ def _export(args):
 
 
 def _predict(args):
-    path = args.artifact
-    texts = read_texts(args)
-    if path.endswith(".tflite"):
-        from keras_attn.litert_runtime import LiteRTClassifier
-
-        clf = LiteRTClassifier(path, args.vocabulary)
-        if "probability" not in clf.runner.get_output_details():
+    score = _scorer(args.artifact, args)
+    texts = iter_texts(args)
+    while True:
+        chunk = list(itertools.islice(texts, CHUNK))
+        if not chunk:
+            return 0
+        probs, known = score(chunk)
+        if probs.shape[0] != len(chunk):
             raise ValueError(
-                "Expected a LiteRT classifier with a 'probability' output. "
-                f"Received: {path!r} with outputs "
-                f"{sorted(clf.runner.get_output_details())}"
+                "Expected one probability per text. Received: "
+                f"{probs.shape[0]} for {len(chunk)} texts"
             )
-        ids = clf.tokenizer(texts)
-        known = [int((np.asarray(row) > 1).sum()) for row in ids]
-        out = clf.predict_ids(ids)
-    elif path.endswith(".onnx"):
-        from keras_attn.litert_runtime import OnnxClassifier
+        for text, p, n in zip(chunk, probs, known, strict=True):
+            print(f"{_verdict(float(p), n)}\t{_snippet(text)}", flush=True)
 
-        clf = OnnxClassifier(path)
-        if "probability" not in clf.outputs:
+
+def _scorer(path, args):
+    """`score(texts) -> (probabilities, known-word counts)` for the
+    artifact at `path`, loaded once."""
+    if path.endswith((".tflite", ".onnx")):
+        from keras_attn import litert_runtime
+
+        if path.endswith(".tflite"):
+            clf = litert_runtime.LiteRTClassifier(path, args.vocabulary)
+            outputs = sorted(clf.runner.get_output_details())
+            kind = "LiteRT"
+        else:
+            clf = litert_runtime.OnnxClassifier(path)
+            outputs, kind = clf.outputs, "ONNX"
+        if "probability" not in outputs:
             raise ValueError(
-                "Expected an ONNX classifier with a 'probability' output. "
-                f"Received: {path!r} with outputs {clf.outputs}"
+                f"Expected a {kind} classifier with a 'probability' output. "
+                f"Received: {path!r} with outputs {outputs}"
             )
-        ids = clf.tokenizer(texts)
-        known = [int((np.asarray(row) > 1).sum()) for row in ids]
-        out = clf.predict_ids(ids)
-    elif os.path.isdir(path):
+
+        def score(texts):
+            ids = clf.tokenizer(texts)
+            known = [int((np.asarray(row) > 1).sum()) for row in ids]
+            return _probabilities(clf.predict_ids(ids)), known
+
+        return score
+    if os.path.isdir(path):
         import tensorflow as tf
 
         fn = saved_classifier(path, args.allow_unsafe_ops)
-        result = _run_model(fn, tf.constant(texts))
-        out = {k: v.numpy() for k, v in result.items()}
-        # The SavedModel hides its tokens: a text none of whose tokens
-        # survive (every position masked) gets zero attention everywhere.
-        att = out.get("attention")
-        known = (
-            [1] * len(texts)
-            if att is None
-            else [int(np.abs(a).sum() > 0) for a in att]
-        )
-    else:
-        model = load_classifier(path)
-        known = known_words(model, texts)
+
+        def score(texts):
+            result = _run_model(fn, tf.constant(texts))
+            out = {k: v.numpy() for k, v in result.items()}
+            # The SavedModel hides its tokens: a text none of whose tokens
+            # survive (every position masked) gets zero attention.
+            att = out.get("attention")
+            known = (
+                [1] * len(texts)
+                if att is None
+                else [int(np.abs(a).sum() > 0) for a in att]
+            )
+            return _probabilities(out), known
+
+        return score
+    model = load_classifier(path)
+
+    def score(texts):
         out = _run_model(model.predict, np.array(texts, dtype=object), 256, 0)
-    probs = np.ravel(np.asarray(out["probability"], "float32"))
-    if probs.shape[0] != len(texts):
-        raise ValueError(
-            "Expected one probability per text. Received: "
-            f"{probs.shape[0]} for {len(texts)} texts"
-        )
-    for text, p, n in zip(texts, probs, known, strict=True):
-        print(f"{_verdict(float(p), n)}\t{_snippet(text)}")
-    return 0
+        return _probabilities(out), known_words(model, texts)
+
+    return score
+
+
+def _probabilities(out):
+    return np.ravel(np.asarray(out["probability"], "float32"))
 
 
 def _align(args):

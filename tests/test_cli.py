@@ -461,3 +461,44 @@ def test_explain_keeps_a_users_page_and_replaces_its_own(
     assert (out / "attention.png").read_bytes() == first
     assert "my notes" not in (out / "attention.html").read_text()
     assert sorted(os.listdir(out)) == ["attention.html", "attention.png"]
+
+
+def test_long_inputs_stream_with_bounded_memory(tmp_path, monkeypatch):
+    # 0.2.0 read all of standard input (`yes | keras-attn predict M
+    # --file -` ran out of memory) and split a 99 MB line whole.
+    import io
+    import tracemalloc
+
+    from keras_attn import cli as cli_module
+
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.write("é".encode() * (10 << 20))  # 20 MB, one line
+        f.write(b"\nshort line\n")
+    tracemalloc.start()
+    lines = list(cli_module.iter_text_lines(str(big), "--file"))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 4 * cli_module.MAX_LINE_BYTES + (1 << 20), peak
+    assert len(lines) == 2 and lines[1] == "short line"
+    assert set(lines[0]) == {"é"}  # cut on a character boundary
+    assert len(lines[0].encode()) <= cli_module.MAX_LINE_BYTES
+
+    chunks = []
+    monkeypatch.setattr(
+        cli_module,
+        "_scorer",
+        lambda path, args: (
+            lambda texts: (
+                chunks.append(len(texts)) or np.zeros(len(texts)),
+                [1] * len(texts),
+            )
+        ),
+    )
+    stdin = io.TextIOWrapper(io.BytesIO(b"good film\n" * 600))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    args = keras_attn_cli.build_parser().parse_args(
+        ["predict", "m.keras", "--file", "-"]
+    )
+    assert cli_module._predict(args) == 0
+    assert sum(chunks) == 600 and max(chunks) <= cli_module.CHUNK
