@@ -392,9 +392,12 @@ class Attention(layers.Layer):
         check_features(self._widths, query=query, key=key)
         check_batch(query, value, key)
         query = ops.cast(query, self.compute_dtype)
-        key = ops.cast(key, self.compute_dtype)
-        value = ops.cast(value, self.compute_dtype)
         check_attention_masks(query, key, query_mask, value_mask)
+        # Padded steps are selected out (not multiplied by a zero weight):
+        # NaN or inf there never reaches a valid output.
+        query = masking.select(query, query_mask)
+        key = masking.select(ops.cast(key, self.compute_dtype), value_mask)
+        value = masking.select(ops.cast(value, self.compute_dtype), value_mask)
         logits = self._calculate_scores(query, key)  # (B, Tq, Tv)
         mask = masking.merge_masks(
             ops.shape(query)[1],

@@ -209,7 +209,9 @@ class StructuredSelfAttention(layers.Layer):
     ):
         check_features(self._widths, inputs=inputs)
         check_mask("mask", mask, tuple(inputs.shape[:2]))
-        hidden = ops.cast(inputs, self.compute_dtype)  # (B, T, D)
+        # Padded steps are selected out (not multiplied by a zero weight):
+        # NaN or inf there never reaches a valid output.
+        hidden = masking.select(ops.cast(inputs, self.compute_dtype), mask)
         # `Dense` runs matmul, not einsum: TensorFlow's einsum made the
         # training step 3-15% slower here (benchmarks/ssa_einsum_vs_matmul.py).
         x = self._hidden_dense(hidden)  # (B, T, U)
