@@ -407,6 +407,7 @@ class Attention(layers.Layer):
             use_causal_mask=use_causal_mask,
         )
         weights = masking.masked_softmax(logits, mask)  # (B, Tq, Tv)
+        weights = ops.cast(weights, self.compute_dtype)
         dropped = self.dropout_layer(weights, training=training)
         context = ops.einsum("bqk,bkd->bqd", dropped, value)  # (B, Tq, Dv)
         set_output_mask(context, query_mask)

@@ -4,6 +4,7 @@ All functions take and return backend tensors and use `keras.ops` only.
 Boolean masks use `True` for "attend / keep" and `False` for "ignore".
 """
 
+import keras
 from keras import ops
 
 # How far below a slice's smallest logit masked logits are put (see
@@ -18,7 +19,7 @@ def large_negative_number(dtype):
     float16 overflows at -1e9, so we use a fraction of the dtype's own
     minimum, as Keras does.
     """
-    dtype = str(dtype)
+    dtype = keras.backend.standardize_dtype(dtype)
     if dtype == "float16":
         return -3e4
     if dtype == "bfloat16":
@@ -88,7 +89,7 @@ def masked_softmax(scores, mask=None, axis=-1):
         axis: the axis to normalize over.
     """
     dtype = scores.dtype
-    half = str(dtype) in ("float16", "bfloat16")
+    half = keras.backend.standardize_dtype(dtype) in ("float16", "bfloat16")
     work = ops.cast(scores, "float32") if half else scores
     if mask is None:
         weights = ops.softmax(work, axis=axis)

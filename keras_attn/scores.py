@@ -14,7 +14,12 @@ SCORES = ("dot", "scaled_dot", "general", "low_rank", "additive", "concat")
 
 
 def dot_score(query, key):
-    """`e_ij = s_iᵀ h_j`."""
+    """`e_ij = s_iᵀ h_j`. float16 inputs are multiplied in float32 (a
+    product of inputs near 100 already overflows float16's 65,504) and
+    the scores come back in float32; the softmax runs in float32 anyway."""
+    half = {keras.backend.standardize_dtype(t.dtype) for t in (query, key)}
+    if "float16" in half:
+        query, key = ops.cast(query, "float32"), ops.cast(key, "float32")
     return ops.einsum("bqd,bkd->bqk", query, key)  # (B, Tq, Tk)
 
 

@@ -92,3 +92,18 @@ def test_long_sequences_in_mixed_precision(kind, policy):
     for g in grads:
         assert np.all(np.isfinite(g))
     assert np.all(grads[0][1, 700:] == 0)  # padding gets no gradient
+
+
+@pytest.mark.parametrize("score", ["dot", "scaled_dot", "general"])
+def test_float16_scores_of_large_inputs_stay_finite(score):
+    # 0.2.0 (and Keras's Attention) overflowed float16 before the softmax
+    # for inputs around 100.
+    x = RNG.uniform(-1e3, 1e3, size=(2, 5, 8)).astype("float32")
+    ref = keras_attn.Attention(score, dtype="float32")
+    want = to_numpy(ref(x, x))
+    layer = keras_attn.Attention(score, dtype="mixed_float16")
+    layer(x, x)
+    layer.set_weights(ref.get_weights())
+    got = to_numpy(keras.ops.cast(layer(x, x), "float32"))
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=1.0)
