@@ -228,8 +228,26 @@ def _run_model(fn, *args):
     try:
         return fn(*args)
     except tf.errors.OpError as err:
-        first = (err.message or str(err)).strip().splitlines()[0]
-        raise ValueError(f"The model failed to run: {first}") from None
+        raise ValueError(
+            f"The model failed to run ({type(err).__name__}): "
+            f"{_op_error_line(err.message or str(err))}"
+        ) from None
+
+
+def _op_error_line(message, width=300):
+    """The line of a TensorFlow error that says what went wrong (not its
+    'Graph execution error:' heading nor the stack of the node)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    telling = [
+        line
+        for line in lines
+        if not line.startswith(("Graph execution error", "Detected at node"))
+        and not line.startswith(("File ", "in ", "line "))
+    ]
+    for line in telling:
+        if any(w in line for w in ("OOM", "out of memory", "xhausted")):
+            return line[:width]
+    return (telling or lines or ["(no message)"])[-1][:width]
 
 
 def known_words(model, texts):

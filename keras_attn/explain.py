@@ -270,6 +270,14 @@ def load_text_model(path):
         path = os.path.join(path, "model.keras")
     if not os.path.isfile(path):
         raise ValueError(f"No such model file. Received: path={path!r}")
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "Raw-text .keras models run on the TensorFlow backend (their "
+            "TextVectorization layer is TensorFlow's): set "
+            "KERAS_BACKEND=tensorflow, or use the model's .tflite or .onnx "
+            f"export. Received: KERAS_BACKEND={keras.backend.backend()} for "
+            f"{path!r}"
+        )
     try:
         return keras.models.load_model(path)
     except Exception as err:

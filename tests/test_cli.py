@@ -502,3 +502,37 @@ def test_long_inputs_stream_with_bounded_memory(tmp_path, monkeypatch):
     )
     assert cli_module._predict(args) == 0
     assert sum(chunks) == 600 and max(chunks) <= cli_module.CHUNK
+
+
+def test_tensorflow_errors_say_what_went_wrong():
+    from keras_attn import cli as cli_module
+
+    message = (
+        "Graph execution error:\n\nDetected at node model/dense defined at "
+        '(most recent call last):\n  File "x.py", line 3\n\nOOM when '
+        "allocating tensor with shape[1000000,1000000]\n\t [[{{node x}}]]"
+    )
+    line = cli_module._op_error_line(message)
+    assert line.startswith("OOM when allocating tensor")
+
+
+def test_text_models_on_another_backend_say_so(files):
+    # With KERAS_BACKEND=jax, 0.2.0 said only "Invalid dtype: object".
+    folder, _ = files
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "keras_attn_cli",
+            "predict",
+            str(folder / "model.keras"),
+            "a fine film",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert run.returncode == 2, run.stderr
+    assert "KERAS_BACKEND=tensorflow" in run.stderr
