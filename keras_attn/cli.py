@@ -584,19 +584,22 @@ def _scorer(path, args):
     if os.path.isdir(path):
         import tensorflow as tf
 
+        from keras_attn import export
+
         fn = saved_classifier(path, args.allow_unsafe_ops)
 
         def score(texts):
             result = _run_model(fn, tf.constant(texts))
             out = {k: v.numpy() for k, v in result.items()}
-            # The SavedModel hides its tokens: a text none of whose tokens
-            # survive (every position masked) gets zero attention.
-            att = out.get("attention")
-            known = (
-                [1] * len(texts)
-                if att is None
-                else [int(np.abs(a).sum() > 0) for a in att]
-            )
+            if export.KNOWN_WORDS in out:  # written by keras_attn >= 0.3
+                known = [int(n) for n in out[export.KNOWN_WORDS]]
+            else:  # older exports: no attention at all means no known word
+                att = out.get("attention")
+                known = (
+                    [1] * len(texts)
+                    if att is None
+                    else [int(np.abs(a).sum() > 0) for a in att]
+                )
             return _probabilities(out), known
 
         return score

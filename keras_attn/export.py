@@ -319,7 +319,13 @@ def atomic_path(target):
         yield tmp
 
 
-def _serving_module(model, input_signature=None):
+# The SavedModel output of a raw-text model counting each text's known
+# words (ids above the padding and out-of-vocabulary ids), so that a
+# serving client can tell "no known word" as the other formats do.
+KNOWN_WORDS = "known_words"
+
+
+def _serving_module(model, input_signature=None, vectorizer=None):
     import tensorflow as tf
 
     if input_signature is None:
@@ -340,17 +346,25 @@ def _serving_module(model, input_signature=None):
             )
             if not isinstance(outputs, dict):
                 outputs = {"output_0": outputs}
+            if vectorizer is not None:
+                ids = vectorizer(args[0])  # (B, T)
+                outputs = {
+                    **outputs,
+                    KNOWN_WORDS: tf.reduce_sum(
+                        tf.cast(ids > 1, tf.int32), axis=-1
+                    ),
+                }
             return outputs
 
     return Served()
 
 
-def _write_saved_model(model, tmp, input_signature=None):
+def _write_saved_model(model, tmp, input_signature=None, vectorizer=None):
     import tensorflow as tf
 
     # A plain tf.Module stores each variable once (keras.export's archive
     # wrote the weights twice in Keras 3.15).
-    served = _serving_module(model, input_signature)
+    served = _serving_module(model, input_signature, vectorizer)
     tf.saved_model.save(
         served, tmp, signatures={"serving_default": served.serve}
     )
@@ -971,7 +985,11 @@ def export_text_model(
     with staged(*targets.values()) as tmps:
         for kind, tmp in zip(kinds, tmps, strict=True):
             if kind == "saved_model":
-                _write_saved_model(text_model, tmp)
+                _write_saved_model(
+                    text_model,
+                    tmp,
+                    vectorizer=split_text_model(text_model)[0],
+                )
             else:
                 with open(tmp, "wb") as f:
                     f.write(data if kind == "tflite" else onnx_data)

@@ -140,12 +140,13 @@ def test_no_known_word_gets_no_verdict(files, capsys, artifact):
         "",
         "   ",
         "\U0001f600",
+        "zzqqxx wwvvyy",  # unknown words only: 0.4828 from a SavedModel
         "great film",
     )
     assert code == 0, err
     lines = out.splitlines()
-    assert all("no known word" in line for line in lines[:3]), out
-    assert "no known word" not in lines[3] and "..." not in lines[3]
+    assert all("no known word" in line for line in lines[:4]), out
+    assert "no known word" not in lines[4] and "..." not in lines[4]
 
 
 def test_wrong_model_for_the_command(files, capsys):
