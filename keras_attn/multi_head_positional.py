@@ -227,6 +227,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         rank = len(query_shape)
         self._position_axis = self._check_axes(rank)
         super().build(query_shape, value_shape, key_shape)
+        self._rank = rank
         self._widths = {
             "query": query_shape[-1],
             "value": value_shape[-1],
@@ -546,10 +547,14 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             if tensor is None:
                 continue
             want = getattr(self, "_widths", {}).get(name)
-            if tensor.shape[-1] not in (None, want):
+            rank = getattr(self, "_rank", len(tensor.shape))
+            if len(tensor.shape) != rank or tensor.shape[-1] not in (
+                None,
+                want,
+            ):
                 raise ValueError(
-                    f"Expected {name} with {want} features: the layer was "
-                    f"built for that width. Received: {name}.shape="
+                    f"Expected {name} of rank {rank} with {want} features: "
+                    f"the layer was built for that shape. Received: {name}.shape="
                     f"{tuple(tensor.shape)}"
                 )
 
