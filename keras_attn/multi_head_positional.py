@@ -554,8 +554,8 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             ):
                 raise ValueError(
                     f"Expected {name} of rank {rank} with {want} features: "
-                    f"the layer was built for that shape. Received: {name}.shape="
-                    f"{tuple(tensor.shape)}"
+                    "the layer was built for that shape. Received: "
+                    f"{name}.shape={tuple(tensor.shape)}"
                 )
 
     def _full_mask(
