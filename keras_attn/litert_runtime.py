@@ -693,6 +693,21 @@ DETOKENIZERS = {
 }
 
 
+def _config_object(raw, model_path):
+    """The JSON object of a model's `keras_attn.config` metadata; a
+    `ValueError` naming the file when it is not one."""
+    try:
+        config = json.loads(bytes(raw).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        config = None
+    if not isinstance(config, dict):
+        raise ValueError(
+            f"Not a valid model: {model_path!r} (its keras_attn.config "
+            "metadata is not a JSON object)"
+        )
+    return config
+
+
 def detokenizer(config, model_path):
     """The rules of the detokenizer a translator's config names (or, for
     files written before names, whose rules equal a known one)."""
@@ -755,7 +770,19 @@ class LiteRTTranslator:
                 f"signature and keras_attn.config metadata). Received: "
                 f"{model_path!r} with signatures {sorted(signatures)}"
             )
-        config = json.loads(entries["keras_attn.config"].decode())
+        config = _config_object(entries["keras_attn.config"], model_path)
+        try:
+            self._read_config(config, entries, model_path)
+        except (KeyError, TypeError, AttributeError, OverflowError) as err:
+            raise ValueError(
+                f"Not a valid LiteRT translator: {model_path!r} (its "
+                f"keras_attn.config metadata is malformed: "
+                f"{type(err).__name__} {err})"
+            ) from None
+        self.runner = self.interpreter.get_signature_runner("translate")
+        self.index = {t: i for i, t in enumerate(self.source_vocab) if i > 1}
+
+    def _read_config(self, config, entries, model_path):
         self.source_vocab = parse_vocabulary(
             entries.get("keras_attn.source_vocabulary", b""), model_path
         )
@@ -780,8 +807,6 @@ class LiteRTTranslator:
             int(config["unknown_id"]) if config.get("copy_unknown") else -1
         )
         self.detokenize = detokenizer(config, model_path)
-        self.runner = self.interpreter.get_signature_runner("translate")
-        self.index = {t: i for i, t in enumerate(self.source_vocab) if i > 1}
 
     def source_words(self, text, truncate=False):
         """The standardized words of `text`; a `ValueError` when there are

@@ -151,3 +151,30 @@ def test_detokenization_patterns_are_never_read_from_a_model_file():
         litert_runtime.detokenizer(evil, "m.tflite")
     with pytest.raises(ValueError, match="Unknown detokenizer 'x'"):
         litert_runtime.detokenizer({"detokenizer": "x"}, "m.tflite")
+
+
+def test_malformed_translator_config_names_the_file(tmp_path):
+    # 0.2.0 ended in `TypeError: ...` / `KeyError` lines without the file.
+    pytest.importorskip("ai_edge_litert")
+    import json
+
+    from keras_attn.export import with_metadata
+
+    shipped = "saved_models/translation_en_fr/model.tflite"
+    if not os.path.isfile(shipped):
+        pytest.skip("no shipped translator")
+    with open(shipped, "rb") as f:
+        data = f.read()
+    model = litert_runtime.verify_model(data)
+    config = json.loads(litert_runtime.metadata(model)["keras_attn.config"])
+    for broken in (
+        {**config, "end_id": [1]},
+        {k: v for k, v in config.items() if k != "end_id"},
+        [1, 2],
+        {**config, "max_length": True},
+    ):
+        path = tmp_path / "t.tflite"
+        raw = json.dumps(broken).encode()
+        path.write_bytes(with_metadata(data, {"keras_attn.config": raw}))
+        with pytest.raises(ValueError, match="t.tflite"):
+            litert_runtime.LiteRTTranslator(str(path))
