@@ -32,7 +32,7 @@ def main(argv=None):
     import tensorflow as tf
 
     import keras_attn  # noqa: F401
-    from keras_attn.litert_runtime import LiteRTClassifier
+    from keras_attn_runtime import LiteRTClassifier
 
     p = argparse.ArgumentParser()
     p.add_argument("folder")

@@ -27,10 +27,8 @@ KINDS = {
 CASE = """
 import json, sys, time
 sys.modules["tensorflow"] = None
-import importlib.util
-path = "keras_attn/litert_runtime.py"
-spec = importlib.util.spec_from_file_location("rt", path)
-rt = importlib.util.module_from_spec(spec); spec.loader.exec_module(rt)
+sys.modules["keras"] = None
+import keras_attn_runtime.text as rt
 unit, n = json.loads(sys.argv[1]), int(sys.argv[2])
 text = (unit * (n // len(unit) + 1))[:n]
 tok = rt.Tokenizer(["", "[UNK]", "great", "film"], 500)

@@ -91,7 +91,7 @@ def load_imdb(limit=None, val_fraction=0.1, seed=1337):
 HTML tags such as `<br />` and keeps `!`/`?` as words. Index 0 is padding,
 so `Embedding(mask_zero=True)` masks it and the attention never looks at
 it. The same tokenization runs without TensorFlow in
-`keras_attn.litert_runtime` for the exported LiteRT model.
+`keras_attn_runtime` for the exported LiteRT model.
 """
 
 

@@ -36,7 +36,7 @@ from keras import ops
 
 import keras_attn
 from keras_attn import export
-from keras_attn.litert_runtime import LiteRTClassifier
+from keras_attn_runtime import LiteRTClassifier
 
 HPARAMS = {
     **base.HPARAMS,

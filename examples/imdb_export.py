@@ -28,7 +28,7 @@ def main(argv=None):
     import keras
 
     from keras_attn import export
-    from keras_attn.litert_runtime import LiteRTClassifier
+    from keras_attn_runtime import LiteRTClassifier
 
     p = argparse.ArgumentParser()
     p.add_argument("folder")

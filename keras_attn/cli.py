@@ -560,7 +560,7 @@ def _scorer(path, args):
     """`score(texts) -> (probabilities, known-word counts)` for the
     artifact at `path`, loaded once."""
     if path.endswith((".tflite", ".onnx")):
-        from keras_attn import litert_runtime
+        import keras_attn_runtime as litert_runtime
 
         if path.endswith(".tflite"):
             clf = litert_runtime.LiteRTClassifier(path, args.vocabulary)

@@ -12,7 +12,7 @@ import tempfile
 
 import numpy as np
 
-from keras_attn.litert_runtime import ASCII_LOWER
+from keras_attn_runtime import ASCII_LOWER
 
 
 def find_vectorizer(model):

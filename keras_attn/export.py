@@ -846,7 +846,7 @@ def export_text_tflite(
     builtin LiteRT tensors); its vocabulary and the model's length travel
     inside the flatbuffer as metadata (`keras_attn.vocabulary`,
     `keras_attn.config`), so a model can never be paired with another
-    model's vocabulary. `keras_attn.litert_runtime` tokenizes the same
+    model's vocabulary. `keras_attn_runtime` tokenizes the same
     way. `dynamic_length`: see `convert_tflite`.
     """
     export_text_model(

@@ -15,7 +15,7 @@
   a SavedModel from a stranger safe to run (it can still loop or exhaust
   memory): run such models in a sandbox (no network, a read-only file
   system).
-- A `.tflite` file is checked structurally (`litert_runtime.verify_model`)
+- A `.tflite` file is checked structurally (`keras_attn_runtime.verify_model`)
   before LiteRT parses it; LiteRT's kernels are not hardened against
   crafted models either.
 """

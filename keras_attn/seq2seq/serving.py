@@ -15,8 +15,8 @@ import os
 
 import tensorflow as tf
 
-from keras_attn.litert_runtime import DETOKENIZERS
 from keras_attn.seq2seq import search
+from keras_attn_runtime import DETOKENIZERS
 
 # Joining French output tokens (the runtime's named rules).
 DETOKENIZE = DETOKENIZERS["french"]
@@ -225,7 +225,7 @@ class Translator(tf.Module):
         import time
 
         from keras_attn.export import tflite_op_names
-        from keras_attn.litert_runtime import LiteRTTranslator
+        from keras_attn_runtime import LiteRTTranslator
 
         sentences = list(sentences)
         if not sentences:
@@ -304,7 +304,7 @@ class Translator(tf.Module):
         as in `keras_attn.export.export_signatures_tflite`.
 
         The vocabularies and the settings the numpy-only runtime
-        (`litert_runtime.LiteRTTranslator`) needs travel inside the file
+        (`keras_attn_runtime.LiteRTTranslator`) needs travel inside the file
         as metadata.
         """
         from keras_attn.export import export_signatures_tflite
@@ -330,7 +330,7 @@ class Translator(tf.Module):
             raise ValueError(
                 "A LiteRT translator names its detokenizer (patterns never "
                 "travel in a model file): give one of the rule sets of "
-                "keras_attn.litert_runtime.DETOKENIZERS. Received: "
+                "keras_attn_runtime.DETOKENIZERS. Received: "
                 f"detokenize={self.detokenize!r}"
             )
         config = {

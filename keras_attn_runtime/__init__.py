@@ -1,0 +1,70 @@
+"""keras_attn's edge runtime: run exported models with NumPy and LiteRT
+(`ai-edge-litert`; `onnxruntime` for `.onnx`) only, no Keras and no
+TensorFlow: for phones, single-board computers and NPU hosts.
+
+    from keras_attn_runtime import LiteRTClassifier
+    clf = LiteRTClassifier("model.tflite")  # vocabulary from the file
+    clf.predict(["A wonderful film."])["probability"]
+
+Installable on its own (`pip install ./runtime`, the `keras-attn-runtime`
+distribution) and shipped inside `keras_attn` as well.
+"""
+
+from keras_attn_runtime.artifact import (
+    MAX_METADATA_LENGTH,
+    METADATA_CONFIG,
+    METADATA_VOCABULARY,
+    check_external_data,
+    load_verified,
+    metadata,
+    metadata_length,
+    verify_model,
+)
+from keras_attn_runtime.classifier import LiteRTClassifier, OnnxClassifier
+from keras_attn_runtime.text import (
+    ASCII_LOWER,
+    DETOKENIZERS,
+    MAX_TOKEN_LENGTH,
+    STANDARDIZERS,
+    Tokenizer,
+    as_texts,
+    check_vocabulary,
+    detokenizer,
+    parse_vocabulary,
+    read_vocabulary,
+    split_sentence,
+    standardize,
+    standardize_sentence,
+    tokens,
+)
+from keras_attn_runtime.translator import LiteRTTranslator
+
+__version__ = "0.3.0.dev0"
+
+__all__ = [
+    "ASCII_LOWER",
+    "DETOKENIZERS",
+    "LiteRTClassifier",
+    "LiteRTTranslator",
+    "MAX_METADATA_LENGTH",
+    "MAX_TOKEN_LENGTH",
+    "METADATA_CONFIG",
+    "METADATA_VOCABULARY",
+    "OnnxClassifier",
+    "STANDARDIZERS",
+    "Tokenizer",
+    "as_texts",
+    "check_external_data",
+    "check_vocabulary",
+    "detokenizer",
+    "load_verified",
+    "metadata",
+    "metadata_length",
+    "parse_vocabulary",
+    "read_vocabulary",
+    "split_sentence",
+    "standardize",
+    "standardize_sentence",
+    "tokens",
+    "verify_model",
+]

@@ -1,0 +1,227 @@
+"""Text classifiers exported by `keras_attn.export`, run with LiteRT or
+onnxruntime and NumPy: no Keras, no TensorFlow."""
+
+import json
+import os
+import threading
+
+import numpy as np
+
+from keras_attn_runtime.artifact import (
+    METADATA_CONFIG,
+    METADATA_VOCABULARY,
+    check_external_data,
+    load_verified,
+    metadata,
+    metadata_length,
+)
+from keras_attn_runtime.text import (
+    Tokenizer,
+    as_texts,
+    check_vocabulary,
+    parse_vocabulary,
+    read_vocabulary,
+)
+
+
+def _interpreter(data, model_path, num_threads=None):
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        return Interpreter(model_content=data, num_threads=num_threads)
+    except (ValueError, RuntimeError) as err:
+        raise ValueError(
+            f"Not a valid LiteRT model: {model_path!r} ({err})"
+        ) from err
+
+
+class OnnxClassifier:
+    """A text classifier written by `export.export_text_model(onnx=...)`,
+    run with `onnxruntime` and this module's tokenizer (no TensorFlow).
+
+    The vocabulary and the length come from the file's `metadata_props`.
+
+    Args:
+        model_path: the `.onnx` file.
+    """
+
+    def __init__(self, model_path):
+        import onnx
+        import onnxruntime
+
+        if not os.path.isfile(model_path):
+            raise ValueError(
+                f"No such ONNX model. Received: model_path={model_path!r}"
+            )
+        try:
+            proto = onnx.load(model_path, load_external_data=False)
+        except Exception as err:  # onnx raises DecodeError and others
+            raise ValueError(
+                f"Not a valid ONNX model: {model_path!r} ({err})"
+            ) from None
+        meta = {p.key: p.value for p in proto.metadata_props}
+        if "keras_attn.vocabulary" not in meta:
+            raise ValueError(
+                "Expected an ONNX classifier exported by keras_attn (with "
+                f"its vocabulary in metadata_props). Received: {model_path!r}"
+            )
+        vocabulary = check_vocabulary(
+            meta["keras_attn.vocabulary"].split("\n"), model_path
+        )
+        try:
+            config = json.loads(meta.get("keras_attn.config", "{}"))
+        except ValueError:
+            config = None
+        if not isinstance(config, dict):
+            raise ValueError(
+                f"Not a valid ONNX model: {model_path!r} (its "
+                "keras_attn.config metadata is not a JSON object)"
+            )
+        check_external_data(proto, model_path)
+        length = metadata_length(
+            config.get("max_length"), "max_length", model_path
+        )
+        self.tokenizer = Tokenizer(vocabulary, length)
+        self.session = onnxruntime.InferenceSession(model_path)
+        first = self.session.get_inputs()[0]
+        self.input = first.name
+        self.dtype = "int64" if first.type == "tensor(int64)" else "int32"
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def predict_ids(self, ids):
+        ids = np.asarray(ids, self.dtype)
+        values = self.session.run(None, {self.input: ids})
+        return dict(zip(self.outputs, values, strict=True))
+
+    def predict(self, texts):
+        return self.predict_ids(self.tokenizer(texts))
+
+
+class LiteRTClassifier:
+    """A `.tflite` text classifier with the vocabulary bound to it.
+
+    Models written by `keras_attn.export.export_text_tflite` carry their
+    vocabulary inside the flatbuffer (metadata `keras_attn.vocabulary`);
+    a `.tflite` without one needs `vocabulary_path`. Safe to share between
+    threads: calls into the interpreter are serialized by a lock.
+
+    Args:
+        model_path: the `.tflite` file.
+        vocabulary_path: one token per line, for models without an
+            embedded vocabulary. Defaults to `None`.
+        num_threads: interpreter threads. Defaults to `None` (LiteRT's).
+    """
+
+    def __init__(self, model_path, vocabulary_path=None, num_threads=None):
+        data, model = load_verified(model_path)
+        meta = metadata(model)
+        config = {}
+        if METADATA_CONFIG in meta:
+            try:
+                config = json.loads(meta[METADATA_CONFIG].decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                raise ValueError(
+                    f"Not a valid LiteRT model: {model_path!r} (its "
+                    f"{METADATA_CONFIG} metadata is not JSON)"
+                ) from None
+            if not isinstance(config, dict):
+                raise ValueError(
+                    f"Not a valid LiteRT model: {model_path!r} (its "
+                    f"{METADATA_CONFIG} metadata is not a JSON object)"
+                )
+        if vocabulary_path is not None:
+            vocabulary = read_vocabulary(vocabulary_path)
+        elif METADATA_VOCABULARY in meta:
+            vocabulary = parse_vocabulary(
+                meta[METADATA_VOCABULARY],
+                f"the vocabulary embedded in {model_path!r}",
+            )
+        else:
+            raise ValueError(
+                "This LiteRT model carries no vocabulary; pass the one it "
+                "was exported with. Received: vocabulary_path=None for "
+                f"model_path={model_path!r}"
+            )
+        self.config = config
+        self.interpreter = _interpreter(data, model_path, num_threads)
+        self._lock = threading.Lock()
+        try:
+            self.runner = self.interpreter.get_signature_runner()
+            (spec,) = self.runner.get_input_details().values()
+        except (ValueError, RuntimeError) as err:
+            raise ValueError(
+                f"Expected a LiteRT text model with one token input. "
+                f"Received: {model_path!r} ({err})"
+            ) from None
+        self.batch_size, length = (int(d) for d in spec["shape"])
+        # A model exported with `dynamic_length=True` has a -1 time axis: it
+        # takes each review's own tokens (and cuts them at its length).
+        self.dynamic = int(spec["shape_signature"][1]) == -1
+        max_tokens = config.get("max_length")
+        if max_tokens is not None:
+            max_tokens = metadata_length(
+                max_tokens,
+                "max_length",
+                model_path,
+                None if self.dynamic else length,
+            )
+        metadata_length(length, "its input length", model_path)
+        self.tokenizer = Tokenizer(
+            vocabulary,
+            None if self.dynamic else length,
+            max_tokens=max_tokens,
+        )
+
+    def _run(self, **inputs):
+        with self._lock:
+            try:
+                out = self.runner(**inputs)
+            except (ValueError, RuntimeError) as err:
+                raise ValueError(
+                    f"The LiteRT model failed to run: {err}"
+                ) from None
+            return {k: np.array(v) for k, v in out.items()}
+
+    def _predict_each(self, rows):
+        """Variable-length rows one at a time; outputs padded with zeros
+        on their last axis to the widest (the attention's time axis)."""
+        outs = [self._run(tokens=row[None]) for row in rows]
+        if not outs:  # no texts: no outputs, as the fixed-length path
+            return {}
+        stacked = {}
+        for name in outs[0]:
+            width = max(o[name].shape[-1] for o in outs)
+            stacked[name] = np.concatenate(
+                [
+                    np.pad(
+                        o[name],
+                        [(0, 0)] * (o[name].ndim - 1)
+                        + [(0, width - o[name].shape[-1])],
+                    )
+                    for o in outs
+                ]
+            )
+        return stacked
+
+    def predict_ids(self, ids):
+        """Run batches of token ids; returns a dict of stacked outputs."""
+        if self.dynamic:
+            return self._predict_each(ids)
+        outputs = {}
+        for start in range(0, len(ids), self.batch_size):
+            chunk = ids[start : start + self.batch_size]
+            pad = self.batch_size - len(chunk)
+            if pad:
+                chunk = np.concatenate(
+                    [chunk, np.zeros((pad, chunk.shape[1]), "int32")]
+                )
+            out = self._run(tokens=chunk)
+            for name, value in out.items():
+                outputs.setdefault(name, []).append(
+                    value[: self.batch_size - pad]
+                )
+        return {k: np.concatenate(v) for k, v in outputs.items()}
+
+    def predict(self, texts):
+        """Outputs for `texts` (a list of strings, or one string)."""
+        return self.predict_ids(self.tokenizer(as_texts(texts)))

@@ -1,0 +1,303 @@
+"""Text standardization and tokenization of exported models, in Python.
+
+Mirrors the TensorFlow side (`keras_attn.text` and `TextVectorization`'s
+whitespace split and vocabulary lookup: index 0 is padding, 1 is
+out-of-vocabulary); tests check both give the same ids. Translators name
+their standardizer and detokenizer: only the known ones here are run,
+no pattern is ever read from a model file.
+"""
+
+import os
+import re
+import string
+
+import numpy as np
+
+# ASCII letters only, as `tf.strings.lower` without an encoding.
+ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_MARKS = re.compile(r"([!?])")
+_OTHER = re.compile(r"[^a-z0-9!?' ]")
+_SPACE_RUN = re.compile(" {3,}")
+_CHUNK = 1 << 16  # characters standardized at a time
+
+
+def _untagged(text, chunk=_CHUNK):
+    """`text` with each `<...>` tag replaced by a space, in slices.
+
+    Leftmost-first, as the regex `<[^>]*>`: a `<` with no `>` after it
+    starts no tag, and then no later `<` does either. Every character is
+    scanned a bounded number of times (linear time), and no slice is
+    longer than `chunk`.
+    """
+    pos, n, tags = 0, len(text), True
+    while pos < n:
+        lt = text.find("<", pos) if tags else -1
+        gt = text.find(">", lt + 1) if lt >= 0 else -1
+        if gt < 0:
+            tags, end = False, n
+        else:
+            end = lt
+        while pos < end:
+            stop = min(end, pos + chunk)
+            yield text[pos:stop]
+            pos = stop
+        if gt >= 0:
+            yield " "
+            pos = gt + 1
+
+
+def _pieces(text, shorten=True):
+    """Space-separated pieces of the standardized text (before the quote
+    rule), streamed with each piece's length bounded.
+
+    With `shorten`, a piece longer than `MAX_TOKEN_LENGTH` characters (no
+    vocabulary token is) is shortened to one that maps to the same id:
+    leading and trailing quote runs become one quote and an over-long
+    core becomes `MAX_TOKEN_LENGTH + 1` copies of `#` (a character the
+    standardization never leaves, so the piece is out of vocabulary, as
+    the long original was).
+    """
+    carry = ""
+    short = _shorten if shorten else str
+    for part in _untagged(text):
+        part = _OTHER.sub(" ", _MARKS.sub(r" \1 ", part.translate(ASCII_LOWER)))
+        if shorten:
+            # Two spaces leave the next piece's separator free whatever
+            # came before, as any longer run does: same tokens, fewer
+            # empty pieces to walk through.
+            part = _SPACE_RUN.sub("  ", part)
+        split = part.split(" ")
+        if len(split) == 1:
+            carry = short(carry + split[0])
+            continue
+        yield short(carry + split[0])
+        for piece in split[1:-1]:
+            yield short(piece)
+        carry = short(split[-1])
+    yield carry
+
+
+MAX_TOKEN_LENGTH = 256
+
+
+def _shorten(piece):
+    if len(piece) <= 2 * MAX_TOKEN_LENGTH + 2:
+        return piece
+    core = piece.strip("'")
+    lead = "'" if piece.startswith("'") else ""
+    if not core:
+        return lead
+    trail = "'" if piece.endswith("'") else ""
+    if len(core) > MAX_TOKEN_LENGTH:
+        core = "#" * (MAX_TOKEN_LENGTH + 1)
+    return lead + core + trail
+
+
+def _quote_rule(pieces):
+    """Apply `(^|\\s)'+|'+(\\s|$)` → space, piece by piece.
+
+    Yields `(core, lead_at_start, trail_at_end)` per piece. A leading quote
+    run is removed when the space before it (or the start) is still free;
+    a trailing run is removed together with the space after it, which is
+    then not free for the next piece: exactly the regex's leftmost,
+    non-overlapping matches, without its quadratic backtracking on long
+    quote runs.
+    """
+    free = True  # the separator before this piece (or ^) is unconsumed
+    for piece in pieces:
+        core, at_start = piece, False
+        if core.startswith("'") and free:
+            core = core.lstrip("'")
+            at_start = True
+        consumed = False
+        if core.endswith("'"):
+            core = core.rstrip("'")
+            consumed = True
+        free = not consumed
+        yield core, at_start, consumed
+
+
+def tokens(text, limit=None):
+    """The tokens of `text`, as `TextVectorization` with
+    `standardize_review` splits them; stops after `limit` tokens.
+
+    Linear in the length of `text`; memory beyond the input is bounded
+    (a few slices of 64k characters), whatever the input. A token longer
+    than `MAX_TOKEN_LENGTH` comes back as `MAX_TOKEN_LENGTH + 1` copies
+    of `#`: out of any vocabulary, as the original was.
+    """
+    count = 0
+    for core, _, _ in _quote_rule(_pieces(text)):
+        if limit is not None and count >= limit:
+            return
+        if core:
+            count += 1
+            yield core
+
+
+def standardize(text):
+    """The same string as `keras_attn.text.standardize_review`."""
+    out, head, last = [], "", None
+    for core, at_start, consumed in _quote_rule(_pieces(text, False)):
+        if not out and at_start:
+            head = " "  # the quotes matched at ^ became a space
+        out.append(core)
+        last = consumed
+    text = head + " ".join(out)
+    return text + " " if last else text  # quotes matched at $
+
+
+def check_vocabulary(vocabulary, source="vocabulary"):
+    """Raise a `ValueError` unless `vocabulary` is a usable token list:
+    padding `""` first, then `[UNK]`, then at least one distinct token
+    with no whitespace in it."""
+    if len(vocabulary) < 3 or vocabulary[0] != "" or vocabulary[1] != "[UNK]":
+        raise ValueError(
+            "Expected a vocabulary of an empty padding line, '[UNK]' and "
+            f"at least one token. Received: {source} starting "
+            f"{vocabulary[:3]!r} ({len(vocabulary)} lines)"
+        )
+    seen = {}
+    for i, token in enumerate(vocabulary):
+        if token in seen:
+            raise ValueError(
+                f"Expected distinct tokens. Received: {source} has "
+                f"{token!r} on lines {seen[token] + 1} and {i + 1}"
+            )
+        seen[token] = i
+        if i > 0 and (not token or token.split() != [token]):
+            raise ValueError(
+                "Expected tokens without whitespace. Received: "
+                f"{source} line {i + 1} = {token!r}"
+            )
+    return vocabulary
+
+
+def parse_vocabulary(data, source="vocabulary"):
+    """Bytes (UTF-8, one token per line) to a checked token list."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"Expected a UTF-8 text vocabulary. Received: {source} "
+            f"({err.reason} at byte {err.start})"
+        ) from None
+    if text.endswith("\n"):
+        text = text[:-1]
+    return check_vocabulary(text.split("\n"), source)
+
+
+def read_vocabulary(path):
+    """A vocabulary file (one token per line), checked."""
+    if not os.path.isfile(path):
+        raise ValueError(f"No such vocabulary. Received: path={path!r}")
+    with open(path, "rb") as f:
+        return parse_vocabulary(f.read(), f"vocabulary {path!r}")
+
+
+def as_texts(texts, name="texts"):
+    """A list of strings: one string counts as one text."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, bytes):
+        raise ValueError(
+            f"Expected {name} to be a string or a list of strings. "
+            f"Received: {name} of type bytes"
+        )
+    texts = list(texts)
+    bad = [type(t).__name__ for t in texts if not isinstance(t, str)]
+    if bad:
+        raise ValueError(
+            f"Expected {name} to be a string or a list of strings. "
+            f"Received: items of type {sorted(set(bad))}"
+        )
+    return texts
+
+
+class Tokenizer:
+    """Text → token ids, as the exported model expects: fixed-length rows,
+    or (`length=None`) one array per text of its own length, at most
+    `max_tokens` long."""
+
+    def __init__(self, vocabulary, length, max_tokens=None):
+        self.index = {tok: i for i, tok in enumerate(vocabulary) if i > 1}
+        self.length = length
+        self.max_tokens = max_tokens
+
+    def ids(self, text, limit):
+        return [self.index.get(t, 1) for t in tokens(text, limit)]
+
+    def __call__(self, texts):
+        texts = as_texts(texts)
+        if self.length is None:  # each review's own tokens (at least one)
+            return [
+                np.array(self.ids(text, self.max_tokens) or [0], "int32")
+                for text in texts
+            ]
+        ids = np.zeros((len(texts), self.length), "int32")
+        for row, text in enumerate(texts):
+            found = self.ids(text, self.length)
+            ids[row, : len(found)] = found
+        return ids
+
+
+_SENT_SPACES = re.compile("[\u202f\u00a0\u2009]")
+_SENT_PUNCT = re.compile(r"([.,!?;:\"«»()])")
+_SENT_WS = re.compile(r"[\t\n\f\r ]+")
+
+
+def split_sentence(text):
+    """The same steps as `keras_attn.text.split_sentence` (case kept)."""
+    text = _SENT_SPACES.sub(" ", text)
+    text = _SENT_PUNCT.sub(r" \1 ", text)
+    text = text.replace("'", "' ")
+    return _SENT_WS.sub(" ", text).strip("\t\n\f\r ")
+
+
+def standardize_sentence(text):
+    """The same steps as `keras_attn.text.standardize_sentence`."""
+    return split_sentence(text.translate(ASCII_LOWER))
+
+
+# The known ways of joining output tokens, by name. A model file names one;
+# patterns are never read from a file (a crafted pattern such as
+# `^(.+)+Q` makes a regular expression run for ever).
+DETOKENIZERS = {
+    # French: `l' homme` → `l'homme`, no space before `.` and `,`; the space
+    # before `! ? : ;` stays (French typography).
+    "french": ((" +", " "), ("' ", "'"), (r" ([.,])", r"\1")),
+}
+
+
+def detokenizer(config, model_path):
+    """The rules of the detokenizer a translator's config names (or, for
+    files written before names, whose rules equal a known one)."""
+    name = config.get("detokenizer")
+    if name is None and "detokenize" in config:
+        given = config["detokenize"]
+        name = next(
+            (
+                known
+                for known, rules in DETOKENIZERS.items()
+                if isinstance(given, list) and [list(r) for r in rules] == given
+            ),
+            None,
+        )
+        if name is None:
+            raise ValueError(
+                f"Refusing the detokenization patterns in {model_path!r}: "
+                "patterns are never read from a model file; known "
+                f"detokenizers are {sorted(DETOKENIZERS)}."
+            )
+    if name not in DETOKENIZERS:
+        raise ValueError(
+            f"Unknown detokenizer {name!r} in {model_path!r}; expected one "
+            f"of {sorted(DETOKENIZERS)}"
+        )
+    return DETOKENIZERS[name]
+
+
+STANDARDIZERS = {
+    "split_sentence": split_sentence,
+    "standardize_sentence": standardize_sentence,
+}

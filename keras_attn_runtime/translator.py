@@ -1,0 +1,140 @@
+"""The LiteRT translator written by `keras_attn.seq2seq.Translator`, run
+with LiteRT and NumPy: no Keras, no TensorFlow."""
+
+import re
+import threading
+
+import numpy as np
+
+from keras_attn_runtime.artifact import (
+    _config_object,
+    load_verified,
+    metadata,
+    metadata_length,
+)
+from keras_attn_runtime.classifier import _interpreter
+from keras_attn_runtime.text import (
+    STANDARDIZERS,
+    as_texts,
+    detokenizer,
+    parse_vocabulary,
+)
+
+
+class LiteRTTranslator:
+    """Translation with a LiteRT model, NumPy and LiteRT only.
+
+    Reads a file written by `keras_attn.seq2seq.Translator.export_tflite`:
+    one `translate` signature runs the whole greedy search (one call per
+    sentence), and the vocabularies and settings travel inside the file as
+    metadata. An `[UNK]` in the output is replaced by the source word the
+    attention points at; an input with no words gives `""`.
+
+    Safe to share between threads (one lock around each translation).
+
+    Args:
+        model_path: the `.tflite` file.
+    """
+
+    def __init__(self, model_path):
+        data, model = load_verified(model_path)
+        self.interpreter = _interpreter(data, model_path)
+        self._lock = threading.Lock()
+        signatures = self.interpreter.get_signature_list()
+        entries = metadata(model)
+        if "translate" not in signatures or "keras_attn.config" not in entries:
+            raise ValueError(
+                "Expected a LiteRT translator written by "
+                "keras_attn.seq2seq.Translator.export_tflite (a 'translate' "
+                f"signature and keras_attn.config metadata). Received: "
+                f"{model_path!r} with signatures {sorted(signatures)}"
+            )
+        config = _config_object(entries["keras_attn.config"], model_path)
+        try:
+            self._read_config(config, entries, model_path)
+        except (KeyError, TypeError, AttributeError, OverflowError) as err:
+            raise ValueError(
+                f"Not a valid LiteRT translator: {model_path!r} (its "
+                f"keras_attn.config metadata is malformed: "
+                f"{type(err).__name__} {err})"
+            ) from None
+        self.runner = self.interpreter.get_signature_runner("translate")
+        self.index = {t: i for i, t in enumerate(self.source_vocab) if i > 1}
+
+    def _read_config(self, config, entries, model_path):
+        self.source_vocab = parse_vocabulary(
+            entries.get("keras_attn.source_vocabulary", b""), model_path
+        )
+        self.target_vocab = parse_vocabulary(
+            entries.get("keras_attn.target_vocabulary", b""), model_path
+        )
+        name = config.get("standardize") or "standardize_sentence"
+        if name not in STANDARDIZERS:
+            raise ValueError(
+                f"Unknown standardization {name!r} in {model_path!r}; "
+                f"expected one of {sorted(STANDARDIZERS)}"
+            )
+        self.standardize = STANDARDIZERS[name]
+        self.length = metadata_length(
+            config.get("source_length"), "source_length", model_path
+        )
+        self.max_length = metadata_length(
+            config.get("max_length"), "max_length", model_path
+        )
+        self.end = int(config["end_id"])
+        self.unknown = (
+            int(config["unknown_id"]) if config.get("copy_unknown") else -1
+        )
+        self.detokenize = detokenizer(config, model_path)
+
+    def source_words(self, text, truncate=False):
+        """The standardized words of `text`; a `ValueError` when there are
+        more than the model reads, unless `truncate`."""
+        (text,) = as_texts([text], "text")
+        found = [t for t in self.standardize(text).split(" ") if t]
+        if len(found) > self.length and not truncate:
+            raise ValueError(
+                f"Expected at most {self.length} words (the translator reads "
+                f"no more). Received: text with {len(found)} words; pass "
+                "truncate=True to translate the first ones"
+            )
+        return found[: self.length]
+
+    def source_ids(self, words):
+        ids = np.zeros((1, self.length), "int32")
+        ids[0, : len(words)] = [self.index.get(t, 1) for t in words]
+        return ids
+
+    def translate_ids(self, text, truncate=False):
+        """`(ids, alignment (L, S) or None, source words)` of `text`."""
+        words = self.source_words(text, truncate)
+        if not words:
+            return [], None, words
+        with self._lock:
+            out = self.runner(source=self.source_ids(words))
+            ids = [int(i) for i in np.asarray(out["ids"])[0]]
+            align = np.array(out["alignment"][0], "float32")
+        if self.end in ids:
+            ids = ids[: ids.index(self.end)]
+        ids = [i for i in ids if i > 0]
+        return ids, align[: len(ids)], words
+
+    def translate(self, text, truncate=False):
+        """The translation of `text` (empty for an input with no words)."""
+        ids, align, words = self.translate_ids(text, truncate)
+        # An output [UNK] copies the most attended source word among the
+        # source's own unknown words (all of them if it has none), as
+        # `keras_attn.seq2seq.serving.copy_positions`.
+        unknown = [self.index.get(w, 1) == 1 for w in words]
+        keep = np.array(unknown if any(unknown) else [True] * len(words))
+        out = []
+        for t, i in enumerate(ids):
+            if i == self.unknown:
+                scores = np.where(keep, align[t, : len(words)], -1.0)
+                out.append(words[int(np.argmax(scores))])
+            else:
+                out.append(self.target_vocab[i])
+        joined = " ".join(out)
+        for pattern, rewrite in self.detokenize:
+            joined = re.sub(pattern, rewrite, joined)
+        return joined.strip()
