@@ -251,12 +251,16 @@ def split_sentence(text):
     text = _SENT_SPACES.sub(" ", text)
     text = _SENT_PUNCT.sub(r" \1 ", text)
     text = text.replace("'", "' ")
-    return _SENT_WS.sub(" ", text).strip("\t\n\f\r ")
+    return _SENT_WS.sub(" ", text).strip("\t\n\v\f\r ")
 
 
 def standardize_sentence(text):
-    """The same steps as `keras_attn.text.standardize_sentence`."""
-    return split_sentence(text.translate(ASCII_LOWER))
+    """The same steps as `keras_attn.text.standardize_sentence` (Unicode
+    lowercasing included: `École` is `école` on both sides; Python's
+    `str.lower` applies Unicode's full case mapping with its context
+    rules, as `tf.strings.lower(text, encoding="utf-8")` does)."""
+    # TensorFlow's UTF-8 lowercasing ends the text at a NUL character.
+    return split_sentence(text.split("\x00", 1)[0].lower())
 
 
 # The known ways of joining output tokens, by name. A model file names one;
