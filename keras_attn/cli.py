@@ -44,10 +44,18 @@ def run(args):
     return COMMANDS[command](args)
 
 
+GET_MODELS = (
+    "No trained models found: install them with `pip install "
+    "keras-attn-models` (from a source tree: `pip install ./models`), or "
+    "pass --models DIR; `keras-attn demo` runs the generated-task demo."
+)
+
+
 def models_dir(args=None):
-    """`--models`, `$KERAS_ATTN_MODELS`, or the checkout's `saved_models/`,
-    the first that is given. Never the working directory's own folder: a
-    downloaded folder must not choose the models that run."""
+    """`--models`, `$KERAS_ATTN_MODELS`, the checkout's `saved_models/`,
+    or the installed `keras_attn_models` distribution: the first that is
+    given or present (`None` when none is). Never the working directory's
+    own folder: a downloaded folder must not choose the models that run."""
     flag = getattr(args, "models", None)
     given = flag or os.environ.get("KERAS_ATTN_MODELS")
     if given:
@@ -58,12 +66,21 @@ def models_dir(args=None):
             )
         return given
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.normpath(os.path.join(here, "..", "saved_models"))
+    checkout = os.path.normpath(os.path.join(here, "..", "saved_models"))
+    if os.path.isdir(checkout):
+        return checkout
+    import importlib.util
+
+    if importlib.util.find_spec("keras_attn_models") is not None:
+        import keras_attn_models
+
+        return keras_attn_models.folder()
+    return None
 
 
 def _model_folders(args=None):
     root = models_dir(args)
-    if not os.path.isdir(root):
+    if root is None or not os.path.isdir(root):
         return []
     return [os.path.join(root, name) for name in sorted(os.listdir(root))]
 
@@ -341,12 +358,7 @@ def load_translator(path, allow_unsafe=False):
 def _classify(args):
     path = args.model or find_shipped_model(args)
     if path is None:
-        print(
-            f"No trained model under {models_dir(args)}; running the "
-            "generated-task demo instead.\n"
-        )
-        args.epochs = 8
-        return _demo(args)
+        raise ValueError(GET_MODELS)
     from keras_attn import explain
 
     texts = read_texts(args, default=SAMPLE_REVIEWS)
@@ -430,8 +442,10 @@ def _translate(args):
     path = args.model or find_translator(args)
     if path is None:
         raise ValueError(
-            f"No translator under {models_dir(args)}; pass --model or "
-            "train one with examples/translation.py --out saved_models."
+            GET_MODELS
+            if models_dir(args) is None
+            else f"No translator under {models_dir(args)}; pass --model, or "
+            "install the shipped ones (`pip install keras-attn-models`)."
         )
     texts = read_texts(args)
     return _print_translations(

@@ -13,9 +13,11 @@ import sys
 DESCRIPTION = """keras_attn: attention layers, their example models, export.
 
 With no command, classifies sample reviews with the shipped IMDB model and
-translates a few sentences (or runs a one-minute demo when no model is
-found). Models are looked up in --models, else $KERAS_ATTN_MODELS, else
-saved_models/ beside a source checkout; never in the working directory."""
+translates a few sentences; without models it says how to get them
+(`keras-attn demo` trains a tiny model on a generated task). Models are
+looked up in --models, else $KERAS_ATTN_MODELS, else
+saved_models/ beside a source checkout, else the installed
+keras-attn-models distribution; never in the working directory."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,7 +67,8 @@ def build_parser():
         default=None,
         metavar="DIR",
         help="folder of shipped models (default: $KERAS_ATTN_MODELS, else "
-        "the checkout's saved_models/; never ./saved_models)",
+        "the checkout's saved_models/, else the installed keras-attn-models;"
+        " never ./saved_models)",
     )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     p = sub.add_parser("classify", help="classify reviews (the default)")

@@ -1,0 +1,90 @@
+"""A wheel user outside the checkout: the `keras_attn` and
+`keras-attn-models` wheels installed into a fresh venv, `keras-attn` run
+there with no flags in an empty folder (0.2.0's wheel had no models and
+ran the generated demo instead). Keras, TensorFlow and the other
+dependencies come from this environment's site-packages on PYTHONPATH
+(where the editable checkout is not visible: `.pth` files there are not
+read), so the test installs nothing from the network. Slow tier."""
+
+import os
+import site
+import subprocess
+import sys
+import venv
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cmd, **kwargs):
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=900, **kwargs
+    )
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("wheels"))
+    for project in (ROOT, os.path.join(ROOT, "models")):
+        built = run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                out,
+                project,
+            ]
+        )
+        assert built.returncode == 0, built.stderr[-2000:]
+    return {
+        name.split("-")[0]: os.path.join(out, name) for name in os.listdir(out)
+    }
+
+
+def venv_with(tmp_path, *wheel_paths):
+    env_dir = str(tmp_path / "venv")
+    venv.create(env_dir, with_pip=True)
+    python = os.path.join(env_dir, "bin", "python")
+    done = run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", *wheel_paths]
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(site.getsitepackages()),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
+    env.pop("KERAS_ATTN_MODELS", None)
+    return python, env
+
+
+def test_a_wheel_user_runs_the_main_job(wheels, tmp_path):
+    python, env = venv_with(
+        tmp_path, wheels["keras_attn"], wheels["keras_attn_models"]
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    main = run([python, "-m", "keras_attn_cli"], cwd=empty, env=env)
+    assert main.returncode == 0, main.stderr[-2000:]
+    assert str(tmp_path / "venv") in main.stdout  # the installed models
+    assert "Je suis" in main.stdout or "→" in main.stdout, main.stdout
+    assert list(empty.iterdir()) == []
+
+
+def test_without_models_a_verb_says_how_to_get_them(wheels, tmp_path):
+    python, env = venv_with(tmp_path, wheels["keras_attn"])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args in ([], ["classify", "A wonderful film."], ["translate", "Hi."]):
+        done = run([python, "-m", "keras_attn_cli", *args], cwd=empty, env=env)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert "pip install keras-attn-models" in done.stderr
+        assert done.stderr.count("\n") == 1
