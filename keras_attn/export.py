@@ -17,6 +17,8 @@ import tempfile
 
 import numpy as np
 
+from keras_attn_runtime import artifact
+
 _TMP_PREFIX = ".tmp-export-"
 _SAVED_MODEL_ENTRIES = {
     "saved_model.pb",
@@ -815,17 +817,16 @@ def _text_tflite_bytes(
         dynamic_length=dynamic_length,
     )
     vocabulary = "\n".join(vectorizer.get_vocabulary()) + "\n"
-    config = {
-        "format": "keras_attn.text_classifier",
-        "version": 1,
-        "max_length": int(token_model.inputs[0].shape[1]),
-        "quantize": quantize,
-    }
+    config = artifact.artifact_config(
+        artifact.TEXT_CLASSIFIER,
+        max_length=int(token_model.inputs[0].shape[1]),
+        quantize=quantize,
+    )
     return with_metadata(
         data,
         {
-            "keras_attn.vocabulary": vocabulary.encode("utf-8"),
-            "keras_attn.config": json.dumps(config).encode("utf-8"),
+            artifact.METADATA_VOCABULARY: vocabulary.encode("utf-8"),
+            artifact.METADATA_CONFIG: json.dumps(config).encode("utf-8"),
         },
     )
 
@@ -1006,14 +1007,13 @@ def _text_onnx_bytes(text_model):
         path = os.path.join(tmp, "model.onnx")
         token_model.export(path, format="onnx", verbose=False)
         proto = onnx.load(path)
-    config = {
-        "format": "keras_attn.text_classifier",
-        "version": 1,
-        "max_length": int(token_model.inputs[0].shape[1]),
-    }
+    config = artifact.artifact_config(
+        artifact.TEXT_CLASSIFIER,
+        max_length=int(token_model.inputs[0].shape[1]),
+    )
     entries = {
-        "keras_attn.vocabulary": "\n".join(vectorizer.get_vocabulary()),
-        "keras_attn.config": json.dumps(config),
+        artifact.METADATA_VOCABULARY: "\n".join(vectorizer.get_vocabulary()),
+        artifact.METADATA_CONFIG: json.dumps(config),
     }
     for key, value in entries.items():
         prop = proto.metadata_props.add()

@@ -11,10 +11,17 @@ distribution) and shipped inside `keras_attn` as well.
 """
 
 from keras_attn_runtime.artifact import (
+    FORMAT_VERSION,
     MAX_METADATA_LENGTH,
     METADATA_CONFIG,
+    METADATA_SOURCE_VOCABULARY,
+    METADATA_TARGET_VOCABULARY,
     METADATA_VOCABULARY,
+    TEXT_CLASSIFIER,
+    TRANSLATOR,
+    artifact_config,
     check_external_data,
+    check_format,
     load_verified,
     metadata,
     metadata_length,
@@ -43,6 +50,13 @@ __version__ = "0.3.0.dev0"
 
 __all__ = [
     "ASCII_LOWER",
+    "FORMAT_VERSION",
+    "METADATA_SOURCE_VOCABULARY",
+    "METADATA_TARGET_VOCABULARY",
+    "TEXT_CLASSIFIER",
+    "TRANSLATOR",
+    "artifact_config",
+    "check_format",
     "DETOKENIZERS",
     "LiteRTClassifier",
     "LiteRTTranslator",

@@ -18,6 +18,43 @@ import numpy as np
 # flatbuffer, binding the vocabulary and settings to the model itself.
 METADATA_VOCABULARY = "keras_attn.vocabulary"
 METADATA_CONFIG = "keras_attn.config"
+METADATA_SOURCE_VOCABULARY = "keras_attn.source_vocabulary"
+METADATA_TARGET_VOCABULARY = "keras_attn.target_vocabulary"
+# The artifact kinds, as their `format` in the config, and the format
+# version this runtime writes and reads (a file of a newer version is
+# refused with a clear message; files without a version are version 1).
+TEXT_CLASSIFIER = "keras_attn.text_classifier"
+TRANSLATOR = "keras_attn.translator"
+FORMAT_VERSION = 1
+
+
+def artifact_config(kind, **settings):
+    """The `keras_attn.config` object an exporter writes for `kind`."""
+    return {"format": kind, "version": FORMAT_VERSION, **settings}
+
+
+def check_format(config, kind, model_path):
+    """Raise a `ValueError` naming the file unless `config` (a dict) is a
+    `kind` artifact of a version this runtime reads."""
+    version = config.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError(
+            f"Not a valid model: {model_path!r} declares format version "
+            f"{version!r}"
+        )
+    if version > FORMAT_VERSION:
+        raise ValueError(
+            f"{model_path!r} was written by a newer keras_attn (artifact "
+            f"format version {version}); this runtime reads versions up to "
+            f"{FORMAT_VERSION}: upgrade keras-attn-runtime."
+        )
+    found = config.get("format")
+    if found is None and config.get("kind") == "translator":  # 0.2 files
+        found = TRANSLATOR
+    if found is not None and found != kind:
+        raise ValueError(
+            f"Expected a {kind} artifact. Received: {model_path!r}, a {found!r}"
+        )
 
 
 _DTYPE_BYTES = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 6: 1, 7: 2, 9: 1, 10: 8}

@@ -10,7 +10,9 @@ import numpy as np
 from keras_attn_runtime.artifact import (
     METADATA_CONFIG,
     METADATA_VOCABULARY,
+    TEXT_CLASSIFIER,
     check_external_data,
+    check_format,
     load_verified,
     metadata,
     metadata_length,
@@ -60,16 +62,16 @@ class OnnxClassifier:
                 f"Not a valid ONNX model: {model_path!r} ({err})"
             ) from None
         meta = {p.key: p.value for p in proto.metadata_props}
-        if "keras_attn.vocabulary" not in meta:
+        if METADATA_VOCABULARY not in meta:
             raise ValueError(
                 "Expected an ONNX classifier exported by keras_attn (with "
                 f"its vocabulary in metadata_props). Received: {model_path!r}"
             )
         vocabulary = check_vocabulary(
-            meta["keras_attn.vocabulary"].split("\n"), model_path
+            meta[METADATA_VOCABULARY].split("\n"), model_path
         )
         try:
-            config = json.loads(meta.get("keras_attn.config", "{}"))
+            config = json.loads(meta.get(METADATA_CONFIG, "{}"))
         except ValueError:
             config = None
         if not isinstance(config, dict):
@@ -77,6 +79,7 @@ class OnnxClassifier:
                 f"Not a valid ONNX model: {model_path!r} (its "
                 "keras_attn.config metadata is not a JSON object)"
             )
+        check_format(config, TEXT_CLASSIFIER, model_path)
         check_external_data(proto, model_path)
         length = metadata_length(
             config.get("max_length"), "max_length", model_path
@@ -129,6 +132,7 @@ class LiteRTClassifier:
                     f"Not a valid LiteRT model: {model_path!r} (its "
                     f"{METADATA_CONFIG} metadata is not a JSON object)"
                 )
+            check_format(config, TEXT_CLASSIFIER, model_path)
         if vocabulary_path is not None:
             vocabulary = read_vocabulary(vocabulary_path)
         elif METADATA_VOCABULARY in meta:

@@ -7,7 +7,12 @@ import threading
 import numpy as np
 
 from keras_attn_runtime.artifact import (
+    METADATA_CONFIG,
+    METADATA_SOURCE_VOCABULARY,
+    METADATA_TARGET_VOCABULARY,
+    TRANSLATOR,
     _config_object,
+    check_format,
     load_verified,
     metadata,
     metadata_length,
@@ -42,14 +47,15 @@ class LiteRTTranslator:
         self._lock = threading.Lock()
         signatures = self.interpreter.get_signature_list()
         entries = metadata(model)
-        if "translate" not in signatures or "keras_attn.config" not in entries:
+        if "translate" not in signatures or METADATA_CONFIG not in entries:
             raise ValueError(
                 "Expected a LiteRT translator written by "
                 "keras_attn.seq2seq.Translator.export_tflite (a 'translate' "
                 f"signature and keras_attn.config metadata). Received: "
                 f"{model_path!r} with signatures {sorted(signatures)}"
             )
-        config = _config_object(entries["keras_attn.config"], model_path)
+        config = _config_object(entries[METADATA_CONFIG], model_path)
+        check_format(config, TRANSLATOR, model_path)
         try:
             self._read_config(config, entries, model_path)
         except (KeyError, TypeError, AttributeError, OverflowError) as err:
@@ -63,10 +69,10 @@ class LiteRTTranslator:
 
     def _read_config(self, config, entries, model_path):
         self.source_vocab = parse_vocabulary(
-            entries.get("keras_attn.source_vocabulary", b""), model_path
+            entries.get(METADATA_SOURCE_VOCABULARY, b""), model_path
         )
         self.target_vocab = parse_vocabulary(
-            entries.get("keras_attn.target_vocabulary", b""), model_path
+            entries.get(METADATA_TARGET_VOCABULARY, b""), model_path
         )
         name = config.get("standardize") or "standardize_sentence"
         if name not in STANDARDIZERS:

@@ -178,3 +178,18 @@ def test_malformed_translator_config_names_the_file(tmp_path):
         path.write_bytes(with_metadata(data, {"keras_attn.config": raw}))
         with pytest.raises(ValueError, match="t.tflite"):
             litert_runtime.LiteRTTranslator(str(path))
+
+
+def test_the_artifact_format_version_is_checked():
+    from keras_attn_runtime import artifact
+
+    ours = artifact.artifact_config(artifact.TRANSLATOR, max_length=8)
+    artifact.check_format(ours, artifact.TRANSLATOR, "t.tflite")
+    artifact.check_format({"kind": "translator"}, artifact.TRANSLATOR, "t")
+    newer = {**ours, "version": artifact.FORMAT_VERSION + 1}
+    with pytest.raises(ValueError, match="newer keras_attn.*upgrade"):
+        artifact.check_format(newer, artifact.TRANSLATOR, "t.tflite")
+    with pytest.raises(ValueError, match="Expected a keras_attn.text_class"):
+        artifact.check_format(ours, artifact.TEXT_CLASSIFIER, "t.tflite")
+    with pytest.raises(ValueError, match="version 'x'"):
+        artifact.check_format({"version": "x"}, artifact.TRANSLATOR, "t")

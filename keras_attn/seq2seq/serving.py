@@ -16,7 +16,7 @@ import os
 import tensorflow as tf
 
 from keras_attn.seq2seq import search
-from keras_attn_runtime import DETOKENIZERS
+from keras_attn_runtime import DETOKENIZERS, artifact
 
 # Joining French output tokens (the runtime's named rules).
 DETOKENIZE = DETOKENIZERS["french"]
@@ -333,23 +333,23 @@ class Translator(tf.Module):
                 "keras_attn_runtime.DETOKENIZERS. Received: "
                 f"detokenize={self.detokenize!r}"
             )
-        config = {
-            "kind": "translator",
-            "standardize": getattr(self.standardize, "__name__", None),
-            "source_length": self.source_length,
-            "max_length": self.max_length,
-            "start_id": self.start_id,
-            "end_id": self.end_id,
-            "unknown_id": self.unknown_id,
-            "copy_unknown": self.standardize is not None,
-            "detokenizer": named[0],
-        }
+        config = artifact.artifact_config(
+            artifact.TRANSLATOR,
+            standardize=getattr(self.standardize, "__name__", None),
+            source_length=self.source_length,
+            max_length=self.max_length,
+            start_id=self.start_id,
+            end_id=self.end_id,
+            unknown_id=self.unknown_id,
+            copy_unknown=self.standardize is not None,
+            detokenizer=named[0],
+        )
         metadata = {
-            "keras_attn.config": json.dumps(config).encode(),
-            "keras_attn.source_vocabulary": "\n".join(
+            artifact.METADATA_CONFIG: json.dumps(config).encode(),
+            artifact.METADATA_SOURCE_VOCABULARY: "\n".join(
                 self.vectorizer.get_vocabulary()
             ).encode(),
-            "keras_attn.target_vocabulary": "\n".join(
+            artifact.METADATA_TARGET_VOCABULARY: "\n".join(
                 self.target_vocabulary
             ).encode(),
         }
