@@ -389,7 +389,8 @@ def _check_sentences(texts, flag="text"):
     for text in texts:
         if not text.strip():
             raise ValueError(
-                f"Expected a non-empty sentence. Received: {flag}={text!r}"
+                "Expected a non-empty sentence. Received: "
+                f"{flag}={_snippet(text)!r}"
             )
 
 
@@ -403,7 +404,8 @@ def _check_length(out, texts, flag="text"):
         if cut:
             raise ValueError(
                 f"Expected at most {limit} words per sentence (the "
-                f"translator reads no more). Received: {flag}={text!r}; "
+                "translator reads no more). Received: "
+                f"{flag}={_snippet(text)!r}; "
                 "split it into shorter sentences"
             )
 

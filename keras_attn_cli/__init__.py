@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import os
 import sys
+import traceback
 
 DESCRIPTION = """keras_attn: attention layers, their example models, export.
 
@@ -140,13 +141,19 @@ def build_parser():
     p = sub.add_parser("align", help="translation alignment heatmap (PNG)")
     p.add_argument("model", help="translator folder or its saved_model")
     p.add_argument("text")
-    p.add_argument("--out", default="alignment.png")
+    p.add_argument(
+        "--out",
+        default="alignment.png",
+        help="PNG file to write (default: ./alignment.png)",
+    )
     p.add_argument(
         "--allow-unsafe-ops",
         action="store_true",
         help="run a SavedModel holding ops outside the allowlist",
     )
-    p = sub.add_parser("predict", help="run a .keras, SavedModel or .tflite")
+    p = sub.add_parser(
+        "predict", help="run a .keras, SavedModel folder, .tflite or .onnx"
+    )
     p.add_argument("artifact")
     _texts(p, "texts to classify")
     p.add_argument(
@@ -216,11 +223,26 @@ def _watchdog(seconds):
 _REAL_STDERR = [2]
 
 
+# Flags taken anywhere on the line, before or after the command.
+_ANYWHERE = ("--verbose", "--sandbox")
+# The extra that installs a module a command may need.
+_EXTRAS = {
+    "ai_edge_litert": "export",
+    "onnx": "export",
+    "onnxruntime": "export",
+    "tf2onnx": "export",
+    "matplotlib": "examples",
+    "tensorflow": "cpu",
+}
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    given = {flag for flag in _ANYWHERE if flag in argv}
+    rest = [a for a in argv if a not in _ANYWHERE]
+    args = build_parser().parse_args([*sorted(given), *rest])
     if args.command is None:
-        args = build_parser().parse_args([*argv, "classify"])
+        args = build_parser().parse_args([*sorted(given), *rest, "classify"])
     if args.timeout is not None and args.timeout <= 0:
         build_parser().error(
             f"--timeout must be positive. Received: --timeout={args.timeout}"
@@ -259,14 +281,26 @@ def _run(args):
     except KeyboardInterrupt:
         print("keras-attn: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as err:
+        top = (err.name or "").split(".")[0]
+        if args.verbose:
+            traceback.print_exc()
+        extra = _EXTRAS.get(top)
+        hint = f": pip install 'keras_attn[{extra}]'" if extra else ""
+        print(
+            f"keras-attn: error: this command needs the module {top!r}, "
+            f"which is not installed{hint}",
+            file=sys.stderr,
+        )
+        return 2
     except (ValueError, RuntimeError, OSError) as err:
         if args.verbose:
-            raise
+            traceback.print_exc()
         print(f"keras-attn: error: {_first_line(err)}", file=sys.stderr)
         return 2
     except Exception as err:  # anything else: one clean line
         if args.verbose:
-            raise
+            traceback.print_exc()
         print(
             f"keras-attn: error: {type(err).__name__}: {_first_line(err)} "
             "(--verbose shows the traceback)",

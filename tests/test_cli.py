@@ -537,3 +537,22 @@ def test_text_models_on_another_backend_say_so(files):
     )
     assert run.returncode == 2, run.stderr
     assert "KERAS_BACKEND=tensorflow" in run.stderr
+
+
+def test_verbose_anywhere_keeps_exit_2(files, capsys):
+    # 0.2.0 took --verbose only before the command, and turned exit 2
+    # into 1 (an uncaught traceback).
+    folder, _ = files
+    code, _, err = cli(
+        capsys, "predict", str(folder / "missing.tflite"), "x", "--verbose"
+    )
+    assert code == 2 and "keras-attn: error:" in err
+
+
+def test_a_missing_extra_is_named(files, capsys, monkeypatch):
+    # 0.2.0 ended in `ModuleNotFoundError: ai_edge_litert` with no hint.
+    folder, _ = files
+    monkeypatch.setitem(sys.modules, "ai_edge_litert", None)
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
+    code, _, err = cli(capsys, "predict", str(folder / "model.tflite"), "x")
+    assert_clean_error(code, err, "pip install 'keras_attn[export]'")
