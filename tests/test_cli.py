@@ -419,7 +419,7 @@ def test_timeout_turns_a_model_that_never_finishes_into_an_error(tmp_path):
     start = time.time()
     proc = subprocess.run(
         [sys.executable, "-m", "keras_attn_cli", "--timeout", "15"]
-        + ["predict", str(tmp_path / "endless"), "hi"],
+        + ["predict", str(tmp_path / "endless"), "hi", "--allow-unsafe-ops"],
         capture_output=True,
         text=True,
         timeout=300,
