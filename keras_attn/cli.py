@@ -107,6 +107,53 @@ def find_translator(args=None):
     return None
 
 
+def resolve_model(value, flag, want, args=None):
+    """One way to name a model for every command: an artifact file, a
+    folder holding one, a SavedModel folder, or a shipped model's name
+    (a folder under the models folder). `want`: `"keras"` (a `.keras`
+    file), `"translator"` (a translator SavedModel folder) or `"any"`
+    (what `predict` runs: `.keras`, SavedModel folder, `.tflite`,
+    `.onnx`). A `ValueError` naming `flag` when nothing fits."""
+    path = value
+    if not os.path.exists(path) and os.sep not in value:
+        root = models_dir(args)
+        if root is not None and os.path.isdir(os.path.join(root, value)):
+            path = os.path.join(root, value)
+    if os.path.isfile(path):
+        return path
+    if os.path.isdir(path):
+        saved = os.path.isfile(os.path.join(path, "saved_model.pb"))
+        if want == "keras" and saved:  # the folder beside the SavedModel
+            path = os.path.dirname(os.path.abspath(path))
+        candidates = {
+            "keras": ["model.keras"],
+            "translator": [".", "saved_model"],
+            "any": ["model.keras", ".", "saved_model"],
+        }[want]
+        for name in candidates:
+            found = os.path.normpath(os.path.join(path, name))
+            if name.endswith(".keras") and os.path.isfile(found):
+                return found
+            if os.path.isfile(os.path.join(found, "saved_model.pb")):
+                return found
+        if want == "any":
+            files = sorted(
+                f for f in os.listdir(path) if f.endswith((".tflite", ".onnx"))
+            )
+            if len(files) == 1:
+                return os.path.join(path, files[0])
+    kinds = {
+        "keras": "a .keras file or a folder holding model.keras",
+        "translator": "a translator SavedModel folder or its parent",
+        "any": "a .keras, .tflite or .onnx file, a SavedModel folder, or a "
+        "folder holding one",
+    }[want]
+    raise ValueError(
+        f"Expected {kinds} (or a shipped model's name). Received: "
+        f"{flag}={value!r}"
+    )
+
+
 # A text line is cut at this many bytes before anything splits it: every
 # model reads at most a few thousand tokens.
 MAX_LINE_BYTES = 1 << 16
@@ -356,7 +403,8 @@ def load_translator(path, allow_unsafe=False):
 
 
 def _classify(args):
-    path = args.model or find_shipped_model(args)
+    path = args.model and resolve_model(args.model, "--model", "keras", args)
+    path = path or find_shipped_model(args)
     if path is None:
         raise ValueError(GET_MODELS)
     from keras_attn import explain
@@ -441,7 +489,10 @@ def _print_translations(path, texts, alignment=False, allow_unsafe=False):
 
 
 def _translate(args):
-    path = args.model or find_translator(args)
+    path = args.model and resolve_model(
+        args.model, "--model", "translator", args
+    )
+    path = path or find_translator(args)
     if path is None:
         raise ValueError(
             GET_MODELS
@@ -482,7 +533,7 @@ def _explain(args):
             f"Expected a folder for the pictures. Received: --out="
             f"{args.out!r}, which is an existing file"
         )
-    model = load_classifier(args.model)
+    model = load_classifier(resolve_model(args.model, "model", "keras", args))
     if known_words(model, [text])[0] == 0:
         raise ValueError(
             f"No known word in the text: nothing to explain. Received: "
@@ -520,7 +571,7 @@ def _export(args):
         "tflite": "--tflite",
         "onnx": "--onnx",
     }
-    model_file = args.model
+    model_file = resolve_model(args.model, "model", "keras", args)
     if os.path.isdir(model_file):
         model_file = os.path.join(model_file, "model.keras")
     settings = dict(
@@ -536,7 +587,7 @@ def _export(args):
     )
     # Check destinations and settings before the (slow) model load.
     export.check_text_export(**settings)
-    model = load_classifier(args.model)
+    model = load_classifier(model_file)
     written = export.export_text_model(model, **settings)
     if "saved_model" in written:
         print(f"wrote SavedModel {args.saved_model}")
@@ -556,7 +607,7 @@ def _export(args):
 
 
 def _predict(args):
-    score = _scorer(args.artifact, args)
+    score = _scorer(resolve_model(args.artifact, "artifact", "any", args), args)
     texts = iter_texts(args)
     while True:
         chunk = list(itertools.islice(texts, CHUNK))
@@ -649,7 +700,10 @@ def _align(args):
                     f"Refusing to replace a file that is not a PNG picture. "
                     f"Received: --out={args.out!r}"
                 )
-    fn = load_translator(args.model, args.allow_unsafe_ops)
+    fn = load_translator(
+        resolve_model(args.model, "model", "translator", args),
+        args.allow_unsafe_ops,
+    )
     out = _run_model(fn, tf.constant([args.text]))
     _check_length(out, [args.text])
     src = [t.decode() for t in out["source_tokens"].numpy()[0] if t]

@@ -496,6 +496,7 @@ def test_long_inputs_stream_with_bounded_memory(tmp_path, monkeypatch):
             )
         ),
     )
+    monkeypatch.setattr(cli_module, "resolve_model", lambda v, *a: v)
     stdin = io.TextIOWrapper(io.BytesIO(b"good film\n" * 600))
     monkeypatch.setattr(sys, "stdin", stdin)
     args = keras_attn_cli.build_parser().parse_args(
@@ -556,3 +557,28 @@ def test_a_missing_extra_is_named(files, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
     code, _, err = cli(capsys, "predict", str(folder / "model.tflite"), "x")
     assert_clean_error(code, err, "pip install 'keras_attn[export]'")
+
+
+def test_one_way_to_name_a_model_for_every_command(files, capsys, tmp_path):
+    # 0.2.0: `predict FOLDER` failed where `explain FOLDER` worked, and
+    # `explain FOLDER/saved_model` failed.
+    from keras_attn import cli as cli_module
+
+    folder, _ = files
+    keras_file = str(folder / "model.keras")
+    resolve = cli_module.resolve_model
+    assert resolve(str(folder), "artifact", "any") == keras_file
+    assert resolve(str(folder / "sm"), "model", "keras") == keras_file
+    assert resolve(str(folder / "sm"), "artifact", "any") == str(folder / "sm")
+    code, out, err = cli(capsys, "predict", str(folder), "a great film")
+    assert code == 0, err
+    assert resolve("imdb_ssa", "artifact", "any").endswith("model.keras")
+    assert resolve("translation_en_fr", "model", "translator").endswith(
+        "saved_model"
+    )
+    with pytest.raises(ValueError, match="model='nowhere'"):
+        resolve("nowhere", "model", "keras")
+    (tmp_path / "a.tflite").write_bytes(b"x")
+    (tmp_path / "b.tflite").write_bytes(b"x")
+    with pytest.raises(ValueError, match="artifact="):
+        resolve(str(tmp_path), "artifact", "any")  # two: ambiguous
