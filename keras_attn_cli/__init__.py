@@ -2,7 +2,7 @@
 
 This package imports nothing heavy, so `keras-attn --help` and argument
 errors answer at once; TensorFlow and Keras are imported (quietly, unless
-`--verbose`) only once a command runs, from `keras_attn.cli`.
+`--verbose`) only once a command runs, from `keras_attn_cli.commands`.
 """
 
 import argparse
@@ -273,7 +273,7 @@ def _main(args):
 
 def _run(args):
     try:
-        from keras_attn import cli
+        from keras_attn_cli import commands as cli
 
         if not args.verbose:
             cli.quiet()

@@ -384,7 +384,7 @@ def test_models_are_found_by_contract_not_by_name(
 ):
     import shutil
 
-    from keras_attn import cli as commands
+    from keras_attn_cli import commands
 
     renamed = tmp_path / "models"
     renamed.mkdir()
@@ -434,7 +434,7 @@ def test_timeout_turns_a_model_that_never_finishes_into_an_error(tmp_path):
 def test_models_never_come_from_the_working_directory(tmp_path, monkeypatch):
     # A downloaded folder holding ./saved_models chose the models that
     # `keras-attn` ran with no arguments (round three).
-    from keras_attn import cli as cli_module
+    from keras_attn_cli import commands as cli_module
 
     (tmp_path / "saved_models" / "imdb_ssa").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
@@ -470,7 +470,7 @@ def test_long_inputs_stream_with_bounded_memory(tmp_path, monkeypatch):
     import io
     import tracemalloc
 
-    from keras_attn import cli as cli_module
+    from keras_attn_cli import commands as cli_module
 
     big = tmp_path / "big.txt"
     with open(big, "wb") as f:
@@ -507,7 +507,7 @@ def test_long_inputs_stream_with_bounded_memory(tmp_path, monkeypatch):
 
 
 def test_tensorflow_errors_say_what_went_wrong():
-    from keras_attn import cli as cli_module
+    from keras_attn_cli import commands as cli_module
 
     message = (
         "Graph execution error:\n\nDetected at node model/dense defined at "
@@ -562,7 +562,7 @@ def test_a_missing_extra_is_named(files, capsys, monkeypatch):
 def test_one_way_to_name_a_model_for_every_command(files, capsys, tmp_path):
     # 0.2.0: `predict FOLDER` failed where `explain FOLDER` worked, and
     # `explain FOLDER/saved_model` failed.
-    from keras_attn import cli as cli_module
+    from keras_attn_cli import commands as cli_module
 
     folder, _ = files
     keras_file = str(folder / "model.keras")

@@ -178,7 +178,7 @@ def test_litert_translator_refuses_other_models(tmp_path):
 
 
 def test_save_writes_the_folder_the_cli_finds_and_keeps_it(tmp_path):
-    from keras_attn.cli import find_translator
+    from keras_attn_cli.commands import find_translator
 
     model, encode, step_fn = tiny_model()
     translator = Translator(
