@@ -181,7 +181,8 @@ def _cli(*args):
 def test_translate_command_errors_cleanly_without_a_translator(tmp_path):
     proc = _cli("translate", "--model", str(tmp_path), "Hello.")
     assert proc.returncode == 2, proc.stderr[-1500:]
-    assert "keras-attn: error: No SavedModel translator" in proc.stderr
+    assert "keras-attn: error: Expected a translator SavedModel" in proc.stderr
+    assert "--model=" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
