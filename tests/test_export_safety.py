@@ -177,11 +177,22 @@ def test_a_different_vocabulary_file_is_not_overwritten(model, tmp_path):
     assert path.read_text() == "\n[UNK]\nother\n"
 
 
+def make_old(folder):
+    """Date a temporary export folder's marker two stale periods back."""
+    import time
+
+    marker = os.path.join(folder, export._MARKER)
+    with open(marker) as f:
+        content = json.load(f)
+    content["time"] = time.time() - 2 * export.STALE_SECONDS
+    with open(marker, "w") as f:
+        json.dump(content, f)
+
+
 def test_only_our_old_temporaries_are_removed(model, tmp_path):
     # 0.2.0 removed any `.tmp-export-<pid>-*` folder whose pid was not
     # running here: a user's own folder of that name, or another
     # container's export in progress (pids are per namespace).
-    import time
 
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -193,12 +204,7 @@ def test_only_our_old_temporaries_are_removed(model, tmp_path):
     (users / "notes.txt").write_text("mine")
     running = export._temporary_dir(str(tmp_path), target="elsewhere")
     stale = export._temporary_dir(str(tmp_path), target="gone")
-    marker = os.path.join(stale, export._MARKER)
-    with open(marker) as f:
-        content = json.load(f)
-    content["time"] = time.time() - 2 * export.STALE_SECONDS
-    with open(marker, "w") as f:
-        json.dump(content, f)
+    make_old(stale)
     export.export_text_tflite(model, str(tmp_path / "m.tflite"))
     assert (users / "notes.txt").read_text() == "mine"
     assert os.path.isdir(running) and not os.path.exists(stale)
@@ -207,18 +213,12 @@ def test_only_our_old_temporaries_are_removed(model, tmp_path):
 def test_an_earlier_folder_moved_aside_by_a_killed_export_comes_back(
     tmp_path,
 ):
-    import time
 
     tmp = export._temporary_dir(str(tmp_path), target=str(tmp_path / "served"))
     os.makedirs(os.path.join(tmp, "old"))
     with open(os.path.join(tmp, "old", "saved_model.pb"), "wb") as f:
         f.write(b"earlier")
-    marker = os.path.join(tmp, export._MARKER)
-    with open(marker) as f:
-        content = json.load(f)
-    content["time"] = time.time() - 2 * export.STALE_SECONDS
-    with open(marker, "w") as f:
-        json.dump(content, f)
+    make_old(tmp)
     export.clean_stale_temporaries(str(tmp_path))
     assert (tmp_path / "served" / "saved_model.pb").read_bytes() == b"earlier"
     assert not os.path.exists(tmp)
