@@ -38,6 +38,18 @@ def causal_mask(query_length, value_length, offset=0):
     return ops.greater_equal(rows, cols)  # (Tq, Tv)
 
 
+def band_mask(query_length, value_length, width, offset=0):
+    """Sliding window: query `i` may attend to keys `j` with
+    `|i + offset - j| < width` (Keras's `sliding_window` band).
+
+    Returns:
+        Boolean tensor of shape `(query_length, value_length)`.
+    """
+    rows = ops.arange(query_length)[:, None] + offset  # (Tq, 1)
+    cols = ops.arange(value_length)[None, :]  # (1, Tv)
+    return ops.less(ops.abs(rows - cols), width)  # (Tq, Tv)
+
+
 def merge_masks(
     query_length,
     value_length,

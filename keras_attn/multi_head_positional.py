@@ -12,6 +12,7 @@ from keras_attn.sinusoidal_position_encoding import (
 from keras_attn.validation import (
     axes_argument,
     check_attention_masks,
+    check_batch,
     check_key_value,
     check_rate,
     output_shape_argument,
@@ -192,22 +193,18 @@ class MultiHeadPositional(layers.MultiHeadAttention):
     use_gate = property(lambda self: self._use_gate)
 
     # The weights under the names of keras_attn 0.1 (read-only views).
-    for _old, (_dense, _weight) in {
-        f"{stream}_{weight}": (f"_{stream}_dense", weight)
-        for stream in ("query", "key", "value", "output")
-        for weight in ("kernel", "bias")
-    }.items():
-        locals()[_old] = property(
-            lambda self, d=_dense, w=_weight: getattr(getattr(self, d), w)
-        )
-    for _i in (1, 2):
-        locals()[f"ff_kernel_{_i}"] = property(
-            lambda self, i=_i: getattr(self, f"_ff_{i}").kernel
-        )
-        locals()[f"ff_bias_{_i}"] = property(
-            lambda self, i=_i: getattr(self, f"_ff_{i}").bias
-        )
-    del _old, _dense, _weight, _i
+    query_kernel = property(lambda self: self._query_dense.kernel)
+    query_bias = property(lambda self: self._query_dense.bias)
+    key_kernel = property(lambda self: self._key_dense.kernel)
+    key_bias = property(lambda self: self._key_dense.bias)
+    value_kernel = property(lambda self: self._value_dense.kernel)
+    value_bias = property(lambda self: self._value_dense.bias)
+    output_kernel = property(lambda self: self._output_dense.kernel)
+    output_bias = property(lambda self: self._output_dense.bias)
+    ff_kernel_1 = property(lambda self: self._ff_1.kernel)
+    ff_bias_1 = property(lambda self: self._ff_1.bias)
+    ff_kernel_2 = property(lambda self: self._ff_2.kernel)
+    ff_bias_2 = property(lambda self: self._ff_2.bias)
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
@@ -533,16 +530,13 @@ class MultiHeadPositional(layers.MultiHeadAttention):
                 )
 
     def _check_inputs(self, query, value, key):
-        given = [t for t in (query, value, key) if t is not None]
-        sizes = {i: t.shape[0] for i, t in enumerate(given)}
-        known = {s for s in sizes.values() if s is not None}
-        if len(known) > 1:
-            raise ValueError(
-                "Expected query, value and key to have the same batch size. "
-                f"Received: query.shape={tuple(query.shape)}, "
-                f"value.shape={tuple(value.shape)}, "
-                f"key.shape={tuple(key.shape)}"
-            )
+        """Batch sizes (`check_batch`) and the rank and width built for;
+        `value`/`key` are `None` for a cross-attention memory."""
+        check_batch(
+            query,
+            query if value is None else value,
+            query if key is None else key,
+        )
         for name, tensor in (("query", query), ("value", value), ("key", key)):
             if tensor is None:
                 continue
@@ -584,19 +578,16 @@ class MultiHeadPositional(layers.MultiHeadAttention):
                 attention_mask=attention_mask,
                 use_causal_mask=use_causal_mask,
             )
+        steps, start = ops.shape(query)[1], 0 if offset is None else offset
         merged = None
-        if offset is not None or use_causal_mask or self._sliding_window:
-            rows = ops.arange(ops.shape(query)[1], dtype="int32")[:, None]
-            rows = rows + (0 if offset is None else offset)  # (Tq, 1)
-            cols = ops.arange(length, dtype="int32")[None, :]  # (1, Tv)
-            if use_causal_mask:
-                merged = ops.greater_equal(rows, cols)[None]
-            if offset is not None:  # the written keys only
-                written = ops.less(cols, offset + ops.shape(query)[1])[None]
-                merged = written if merged is None else merged & written
-            if self._sliding_window:
-                band = ops.less(ops.abs(rows - cols), self._sliding_window)
-                merged = band[None] if merged is None else merged & band
+        if use_causal_mask:
+            merged = masking.causal_mask(steps, length, start)[None]
+        if offset is not None:  # the written keys only
+            written = masking.causal_mask(1, length, offset + steps - 1)[None]
+            merged = written if merged is None else merged & written
+        if self._sliding_window:
+            band = masking.band_mask(steps, length, self._sliding_window, start)
+            merged = band[None] if merged is None else merged & band
         for extra in (
             masking.merge_masks(
                 ops.shape(query)[1],
@@ -635,9 +626,6 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         if back != list(range(rank)):
             rows = ops.transpose(rows, back)
         return rows
-
-    def _out_shape(self):
-        return self._output_shape or (None,)
 
     # -- incremental decoding --------------------------------------------
     def _check_cacheable(self):
