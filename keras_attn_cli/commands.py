@@ -201,11 +201,13 @@ def iter_text_lines(path, flag, limit=MAX_LINE_BYTES):
 
 
 def _whole_characters(data):
-    """`data` without a UTF-8 character cut at its end."""
+    """`data` without a UTF-8 character cut at its end (at most 3 bytes
+    go; a line that is not UTF-8 anyway stays, for the decoder's error)."""
     for cut in range(4):
+        head = data[: len(data) - cut]
         try:
-            (data[: len(data) - cut] if cut else data).decode("utf-8")
-            return data[: len(data) - cut] if cut else data
+            head.decode("utf-8")
+            return head
         except UnicodeDecodeError:
             continue
     return data
