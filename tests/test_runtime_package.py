@@ -7,11 +7,11 @@ pip-installs packages into the venv; no data is downloaded)."""
 import json
 import os
 import subprocess
-import sys
-import venv
 
 import numpy as np
 import pytest
+
+from tests.venvs import build_wheel, fresh_venv, pip_install
 
 pytestmark = pytest.mark.slow
 
@@ -47,35 +47,15 @@ def test_runtime_scores_shipped_files_without_keras_or_tensorflow(tmp_path):
     files = [os.path.join(ROOT, f) for f in FILES]
     if not all(os.path.isfile(f) for f in files):
         pytest.skip("shipped LiteRT files are absent")
-    env_dir = str(tmp_path / "venv")
-    venv.create(env_dir, with_pip=True)
-    python = os.path.join(env_dir, "bin", "python")
+    python = fresh_venv(str(tmp_path / "venv"))
     wheels = str(tmp_path / "wheels")
-
-    def pip(*args):
-        subprocess.run(
-            [python, "-m", "pip", "install", "-q", *args],
-            check=True,
-            timeout=900,
-        )
-
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "-w",
-            wheels,
-            os.path.join(ROOT, "runtime"),
-        ],
-        check=True,
-        timeout=600,
+    build_wheel(os.path.join(ROOT, "runtime"), wheels)
+    pip_install(python, "numpy", "ai-edge-litert")
+    pip_install(
+        python,
+        "--no-deps",
+        *(os.path.join(wheels, w) for w in os.listdir(wheels)),
     )
-    pip("numpy", "ai-edge-litert")
-    pip("--no-deps", *(os.path.join(wheels, w) for w in os.listdir(wheels)))
     run = subprocess.run(
         [python, "-c", SCRIPT, json.dumps(files), json.dumps(TEXTS)],
         capture_output=True,

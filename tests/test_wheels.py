@@ -9,10 +9,10 @@ read), so the test installs nothing from the network. Slow tier."""
 import os
 import site
 import subprocess
-import sys
-import venv
 
 import pytest
+
+from tests.venvs import build_wheel, fresh_venv, pip_install
 
 pytestmark = pytest.mark.slow
 
@@ -29,34 +29,15 @@ def run(cmd, **kwargs):
 def wheels(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("wheels"))
     for project in (ROOT, os.path.join(ROOT, "models")):
-        built = run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "-q",
-                "--no-deps",
-                "--no-build-isolation",
-                "-w",
-                out,
-                project,
-            ]
-        )
-        assert built.returncode == 0, built.stderr[-2000:]
+        build_wheel(project, out, isolated=False)
     return {
         name.split("-")[0]: os.path.join(out, name) for name in os.listdir(out)
     }
 
 
 def venv_with(tmp_path, *wheel_paths):
-    env_dir = str(tmp_path / "venv")
-    venv.create(env_dir, with_pip=True)
-    python = os.path.join(env_dir, "bin", "python")
-    done = run(
-        [python, "-m", "pip", "install", "-q", "--no-deps", *wheel_paths]
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    python = fresh_venv(str(tmp_path / "venv"))
+    pip_install(python, "--no-deps", *wheel_paths)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(site.getsitepackages()),
