@@ -20,17 +20,19 @@ METADATA_VOCABULARY = "keras_attn.vocabulary"
 METADATA_CONFIG = "keras_attn.config"
 METADATA_SOURCE_VOCABULARY = "keras_attn.source_vocabulary"
 METADATA_TARGET_VOCABULARY = "keras_attn.target_vocabulary"
-# The artifact kinds, as their `format` in the config, and the format
-# version this runtime writes and reads (a file of a newer version is
-# refused with a clear message; files without a version are version 1).
+# The artifact kinds, as their `format` in the config, and the newest
+# format version this runtime reads (a file of a newer version is refused
+# with a clear message; files without a version are version 1). Writers
+# write the oldest version that describes the file.
 TEXT_CLASSIFIER = "keras_attn.text_classifier"
 TRANSLATOR = "keras_attn.translator"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: translators with WordPiece subwords (`subwords`)
 
 
 def artifact_config(kind, **settings):
-    """The `keras_attn.config` object an exporter writes for `kind`."""
-    return {"format": kind, "version": FORMAT_VERSION, **settings}
+    """The `keras_attn.config` object an exporter writes for `kind`
+    (version 1 unless `settings` name another)."""
+    return {"format": kind, "version": 1, **settings}
 
 
 def check_format(config, kind, model_path):

@@ -270,6 +270,13 @@ DETOKENIZERS = {
     # French: `l' homme` → `l'homme`, no space before `.` and `,`; the space
     # before `! ? : ;` stays (French typography).
     "french": ((" +", " "), ("' ", "'"), (r" ([.,])", r"\1")),
+    # The same after WordPiece: `chat ##s` → `chats`.
+    "french_wordpiece": (
+        (" +", " "),
+        (" ##", ""),
+        ("' ", "'"),
+        (r" ([.,])", r"\1"),
+    ),
 }
 
 
@@ -299,6 +306,49 @@ def detokenizer(config, model_path):
             f"of {sorted(DETOKENIZERS)}"
         )
     return DETOKENIZERS[name]
+
+
+# Words a subword vocabulary leaves out, by name: they become `[UNK]`,
+# which a translator copies from the source. Patterns are never read from
+# a model file, as for detokenizers.
+UNKNOWN_WORDS = {"digits": r"\d"}
+SUFFIX = "##"
+
+
+def wordpiece(words, index, unknown_words="digits", max_chars_per_word=100):
+    """WordPiece ids of `words` (greedy longest match from each word's
+    start, `##` before pieces after the first) and the token of each id
+    (an `[UNK]`'s token is its word), as
+    `keras_attn.seq2seq.subwords.WordPieceVectorizer` in the graph.
+
+    Args:
+        words: a list of words.
+        index: a dict token → id (id 1 is `[UNK]`).
+        unknown_words: a rule name of `UNKNOWN_WORDS` or `None`.
+        max_chars_per_word: longer words become `[UNK]`.
+    """
+    skip = re.compile(UNKNOWN_WORDS[unknown_words]) if unknown_words else None
+    ids, names = [], []
+    for word in words:
+        pieces, start = [], 0
+        if len(word) > max_chars_per_word or (skip and skip.search(word)):
+            start = None
+        while start is not None and start < len(word):
+            for end in range(len(word), start, -1):
+                piece = (
+                    word[start:end] if start == 0 else SUFFIX + word[start:end]
+                )
+                if index.get(piece, 1) > 1:
+                    pieces.append((index[piece], piece))
+                    start = end
+                    break
+            else:
+                start = None
+        if start is None:
+            pieces = [(1, word)]
+        ids += [i for i, _ in pieces]
+        names += [n for _, n in pieces]
+    return ids, names
 
 
 STANDARDIZERS = {

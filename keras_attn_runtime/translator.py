@@ -20,9 +20,11 @@ from keras_attn_runtime.artifact import (
 from keras_attn_runtime.classifier import _interpreter
 from keras_attn_runtime.text import (
     STANDARDIZERS,
+    UNKNOWN_WORDS,
     as_texts,
     detokenizer,
     parse_vocabulary,
+    wordpiece,
 )
 
 
@@ -92,23 +94,52 @@ class LiteRTTranslator:
             int(config["unknown_id"]) if config.get("copy_unknown") else -1
         )
         self.detokenize = detokenizer(config, model_path)
+        self.subwords = config.get("subwords")
+        if self.subwords is not None:
+            rule = self.subwords.get("unknown_words")
+            if rule is not None and rule not in UNKNOWN_WORDS:
+                raise ValueError(
+                    f"Unknown unknown_words rule {rule!r} in {model_path!r}; "
+                    f"expected one of {sorted(UNKNOWN_WORDS)}"
+                )
+            self.subwords = {
+                "unknown_words": rule,
+                "max_chars_per_word": metadata_length(
+                    self.subwords.get("max_chars_per_word"),
+                    "max_chars_per_word",
+                    model_path,
+                ),
+            }
 
-    def source_words(self, text, truncate=False):
-        """The standardized words of `text`; a `ValueError` when there are
-        more than the model reads, unless `truncate`."""
+    def source_tokens(self, text, truncate=False):
+        """The source tokens of `text` (words, or subwords for a subword
+        model; an `[UNK]` subword is its whole word) and their ids; a
+        `ValueError` when there are more than the model reads, unless
+        `truncate`."""
         (text,) = as_texts([text], "text")
         found = [t for t in self.standardize(text).split(" ") if t]
+        if self.subwords is None:
+            ids = [self.index.get(t, 1) for t in found]
+        else:
+            ids, found = wordpiece(found, self.index, **self.subwords)
         if len(found) > self.length and not truncate:
+            kind = "words" if self.subwords is None else "subword tokens"
             raise ValueError(
-                f"Expected at most {self.length} words (the translator reads "
-                f"no more). Received: text with {len(found)} words; pass "
-                "truncate=True to translate the first ones"
+                f"Expected at most {self.length} {kind} (the translator "
+                f"reads no more). Received: text with {len(found)} {kind}; "
+                "pass truncate=True to translate the first ones"
             )
-        return found[: self.length]
+        return found[: self.length], ids[: self.length]
 
-    def source_ids(self, words):
+    def source_words(self, text, truncate=False):
+        """The source tokens of `text` (see `source_tokens`)."""
+        return self.source_tokens(text, truncate)[0]
+
+    def source_ids(self, tokens):
+        """The model's `(1, S)` input for a list of source tokens (words
+        or subwords: an unknown one is `[UNK]`)."""
         ids = np.zeros((1, self.length), "int32")
-        ids[0, : len(words)] = [self.index.get(t, 1) for t in words]
+        ids[0, : len(tokens)] = [self.index.get(t, 1) for t in tokens]
         return ids
 
     def translate_ids(self, text, truncate=False):

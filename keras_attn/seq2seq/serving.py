@@ -126,7 +126,10 @@ class Translator(tf.Module):
         self.source_vocab = tf.constant(source_vectorizer.get_vocabulary())
 
     def _source_words(self, text):
-        """The standardized source words, `(B, S)`, and their counts."""
+        """The standardized source words (or subwords), `(B, S)`, and
+        their counts."""
+        if hasattr(self.vectorizer, "tokens"):  # WordPieceVectorizer
+            return self.vectorizer.tokens(text)[1], self.vectorizer.count(text)
         if self.standardize is None:
             ids = self.vectorizer(text)
             return tf.gather(self.source_vocab, ids), None
@@ -296,6 +299,14 @@ class Translator(tf.Module):
         self.export_tflite(lite, overwrite, quantize)
         return folder
 
+    def _subword_config(self):
+        if not hasattr(self.vectorizer, "tokens"):
+            return {}
+        config = self.vectorizer.get_config()
+        keys = ("unknown_words", "max_chars_per_word")
+        # Version 2: a runtime reading version 1 would ignore `subwords`.
+        return {"subwords": {k: config[k] for k in keys}, "version": 2}
+
     def export_tflite(self, path, overwrite=False, quantize="none"):
         """LiteRT model whose `translate(source (1, S) int32)` signature
         runs the whole greedy search (a builtin `WHILE`) and returns
@@ -343,6 +354,7 @@ class Translator(tf.Module):
             unknown_id=self.unknown_id,
             copy_unknown=self.standardize is not None,
             detokenizer=named[0],
+            **self._subword_config(),
         )
         metadata = {
             artifact.METADATA_CONFIG: json.dumps(config).encode(),
