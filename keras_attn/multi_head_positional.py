@@ -4,7 +4,7 @@ and a key/value cache."""
 import keras
 from keras import layers, ops
 
-from keras_attn import _sublayers, masking
+from keras_attn import _sublayers, masking, positional
 from keras_attn.learned_position_embedding import LearnedPositionEmbedding
 from keras_attn.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
@@ -20,7 +20,8 @@ from keras_attn.validation import (
     set_output_mask,
 )
 
-POSITIONS = ("sinusoidal", "learned", None)
+POSITIONS = ("sinusoidal", "learned", "rotary", "alibi", None)
+ADDED = ("sinusoidal", "learned")  # added to the inputs
 FEED_FORWARDS = (None, "concat", "per_head")
 
 
@@ -43,7 +44,25 @@ class MultiHeadPositional(layers.MultiHeadAttention):
 
     `p` is the position encoding (`"sinusoidal"`, `"learned"` or `None`),
     added to the query, key and value inputs, each at its own positions
-    along the attention axis. `g(z) = W_2 act(W_1 z + b_1) + b_2`;
+    along the attention axis. Two positions act on the scores instead:
+    `"rotary"` (Su et al. 2021) rotates each head's projected query and key
+    by angles of their positions (`positional.rotary`), so scores depend on
+    `i − j`; `"alibi"` (Press et al. 2022) adds `−m_h |i − j|` to head
+    `h`'s scores (`positional.alibi_bias`). Both need `(B, T, D)` inputs.
+
+    With `num_key_value_heads < num_heads` (grouped-query attention;
+    Ainslie et al. 2023; `1` is multi-query) keys and values have fewer
+    heads, each shared by `num_heads / num_key_value_heads` query heads:
+    the weights of `keras.layers.GroupQueryAttention` and a cache that
+    many times smaller.
+
+    Which kernel runs: without a score bias, Keras's `_compute_attention`
+    (the backend's fused `dot_product_attention`, flash where Keras allows
+    it, unless dropout is active or scores are returned); rotary positions
+    and grouped heads keep that path. With a bias (`"alibi"`,
+    `attention_bias`, or `score_bias` overridden) the fused
+    `dot_product_attention(bias=...)` runs under the same conditions, and
+    the explicit einsum path otherwise. `g(z) = W_2 act(W_1 z + b_1) + b_2`;
     `"per_head"` shares one `g` (`value_dim → feed_forward_dim →
     value_dim`) across heads. With `position=None, feed_forward=None` the
     layer computes what `MultiHeadAttention` computes with the same weights,
@@ -56,8 +75,14 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         num_heads: number of heads `H`.
         key_dim: size of each query/key head.
         value_dim: size of each value head. Defaults to `key_dim`.
-        position: `"sinusoidal"`, `"learned"` or `None`. Defaults to
-            `"sinusoidal"`.
+        position: `"sinusoidal"`, `"learned"`, `"rotary"`, `"alibi"` or
+            `None`. Defaults to `"sinusoidal"`.
+        num_key_value_heads: key/value heads; divides `num_heads`.
+            Defaults to `num_heads`.
+        max_wavelength: the largest wavelength of rotary angles.
+            Defaults to `10000`.
+        scaling_factor: rotary positions are divided by it. Defaults
+            to `1`.
         max_length: table size for `position="learned"` (required then).
             Defaults to `None`.
         feed_forward: `None`, `"concat"` or `"per_head"`. Defaults to `None`.
@@ -82,10 +107,12 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         attention_mask: boolean, broadcastable to `(B, Tq, Tv)`, or per head
             `(B, H, Tq, Tv)`; `True` = may attend.
         use_causal_mask: query `t` only attends to keys `i <= t`.
+        attention_bias: added to the scores, broadcastable to
+            `(B, H, Tq, Tv)` (e.g. T5's relative bias); with `score_bias`'s.
         return_attention_scores: also return the weights `(B, H, Tq, Tv)`.
         training: whether dropout is active.
         mask: alias of `query_mask`, filled by Keras for `layer(x)`.
-        cache: projected keys and values `(B, 2, T, H, key_dim)`
+        cache: projected keys and values `(B, 2, T, H_kv, key_dim)`
             (KerasHub's `CachedMultiHeadAttention` layout). With
             `cache_update_index=None` it is a precomputed memory
             (`compute_cache`) for cross-attention. With an index it is a
@@ -122,6 +149,9 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         value_dim=None,
         position="sinusoidal",
         max_length=None,
+        num_key_value_heads=None,
+        max_wavelength=10000.0,
+        scaling_factor=1.0,
         feed_forward=None,
         feed_forward_dim=None,
         feed_forward_activation="relu",
@@ -142,8 +172,31 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             ("feed_forward_dim", feed_forward_dim),
             ("output_dim", output_dim),
             ("sliding_window", sliding_window),
+            ("num_key_value_heads", num_key_value_heads),
         ):
             positive_int(name, value, allow_none=True)
+        kv_heads = num_key_value_heads or num_heads
+        if num_heads % kv_heads:
+            raise ValueError(
+                "Expected num_key_value_heads to divide num_heads. Received: "
+                f"num_heads={num_heads}, num_key_value_heads={kv_heads}"
+            )
+        if position == "rotary" and key_dim % 2:
+            raise ValueError(
+                "Rotary positions turn pairs of features: key_dim must be "
+                f"even. Received: key_dim={key_dim}"
+            )
+        for name, value in (
+            ("max_wavelength", max_wavelength),
+            ("scaling_factor", scaling_factor),
+        ):
+            if isinstance(value, bool) or not (
+                isinstance(value, (int, float)) and value > 0
+            ):
+                raise ValueError(
+                    f"Expected {name} to be a positive number. "
+                    f"Received: {name}={value!r}"
+                )
         if position not in POSITIONS:
             raise ValueError(
                 f"Expected position to be one of {POSITIONS}. "
@@ -176,6 +229,9 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         )
         self.position = position
         self.max_length = max_length
+        self.num_key_value_heads = kv_heads
+        self.max_wavelength = float(max_wavelength)
+        self.scaling_factor = float(scaling_factor)
         self.feed_forward = feed_forward
         self.feed_forward_dim = feed_forward_dim
         self.feed_forward_activation = keras.activations.get(
@@ -223,6 +279,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
                 )
         rank = len(query_shape)
         self._position_axis = self._check_axes(rank)
+        self._build_shapes = {"key": key_shape, "value": value_shape}
         super().build(query_shape, value_shape, key_shape)
         self._rank = rank
         self._widths = {
@@ -251,7 +308,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         # A sinusoidal encoding fits any width: one layer. A learned table
         # is created per distinct input width (one for self-attention).
         self._stream_positions = {}
-        if self.position is not None:
+        if self.position in ADDED:
             tables = {}
             for stream in ("query", "value", "key"):
                 width = self._widths[stream]
@@ -279,6 +336,12 @@ class MultiHeadPositional(layers.MultiHeadAttention):
                 f"{tuple(a - rank for a in inner)}) for inputs of rank "
                 f"{rank}. Received: attention_axes={self._given_axes!r}"
             )
+        if self.position not in ADDED + (None,) and rank != 3:
+            raise ValueError(
+                f"position={self.position!r} needs inputs of shape (batch, "
+                "time, features). Received: inputs of rank "
+                f"{rank}"
+            )
         if self.position is not None and len(resolved) > 1:
             raise ValueError(
                 "Positions run along one axis: give a single attention axis "
@@ -297,9 +360,30 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             self.max_length, dtype=self.dtype_policy, name=name
         )
 
+    def _build_attention(self, rank):
+        # Called by `MultiHeadAttention.build` between the value and output
+        # projections: with grouped heads, the key and value projections
+        # it made are replaced by ones with `num_key_value_heads` heads
+        # (the weight order stays query, key, value, output).
+        if self.num_key_value_heads != self.num_heads:
+            for name, width in (("key", self._key_dim), ("value", None)):
+                old = getattr(self, f"_{name}_dense")
+                self._tracker.untrack(old)
+                heads = (self.num_key_value_heads, width or self._value_dim)
+                new = layers.EinsumDense(
+                    old.equation,
+                    output_shape=(*old.partial_output_shape[:-2], *heads),
+                    bias_axes=old.bias_axes,
+                    name=name,
+                    **self._get_common_kwargs_for_sublayer(),
+                )
+                new.build(self._build_shapes[name])
+                setattr(self, f"_{name}_dense", new)
+        super()._build_attention(rank)
+
     def _add_positions(self, x, stream, start_index=0):
         """`x + p(start_index + i)` along the attention axis."""
-        if self.position is None:
+        if self.position not in ADDED:
             return x
         axis, table = self._position_axis, self._stream_positions[stream]
         if axis == len(x.shape) - 2:
@@ -358,8 +442,26 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         training=None,
         return_attention_scores=False,
         use_causal_mask=False,
+        attention_bias=None,
     ):
-        """Keras's attention, then `g` on the heads' outputs."""
+        """Keras's attention (grouped heads repeated; a score bias through
+        `_biased_attention`), then `g` on the heads' outputs."""
+        groups = self.num_heads // self.num_key_value_heads
+        if groups > 1:  # (B, T, H_kv, K) → (B, T, H, K), as Keras's GQA
+            key = ops.repeat(key, groups, axis=-2)
+            value = ops.repeat(value, groups, axis=-2)
+        if attention_bias is not None:
+            context, scores = self._biased_attention(
+                query,
+                key,
+                value,
+                attention_mask,
+                attention_bias,
+                training,
+                return_attention_scores,
+                use_causal_mask,
+            )
+            return self._g(context), scores
         # JAX's fused op needs value heads as wide as key heads (Keras 3.15
         # MultiHeadAttention fails there): take the explicit path.
         explicit = return_attention_scores or (
@@ -377,6 +479,63 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             use_causal_mask=use_causal_mask,
         )
         return self._g(context), scores if return_attention_scores else None
+
+    def _biased_attention(
+        self, query, key, value, mask, bias, training, explicit, causal
+    ):
+        """Attention with `bias` added to the scores, on Keras's fused op
+        where `MultiHeadAttention` would use it, else on its einsums."""
+        if mask is not None:
+            while len(mask.shape) < 4:  # (B, Tq, Tk) → (B, 1, Tq, Tk)
+                mask = ops.expand_dims(mask, -3)
+            mask = ops.cast(mask, "bool")
+        if causal:
+            causal = self._compute_causal_mask(query, value)[:, None]
+            mask = causal if mask is None else ops.logical_and(mask, causal)
+        if not (explicit or self._dropout > 0.0 or len(query.shape) != 4):
+            bias = ops.cast(bias, query.dtype)
+            if mask is not None:  # one of them only (PyTorch's rule)
+                low = masking.large_negative_number(query.dtype)
+                bias = ops.where(mask, bias, ops.cast(low, query.dtype))
+            context = ops.dot_product_attention(
+                query,
+                key,
+                value,
+                bias=bias,
+                scale=self._inverse_sqrt_key_dim,
+                flash_attention=self._flash_attention,
+            )
+            return context, None
+        query = ops.multiply(
+            query, ops.cast(self._inverse_sqrt_key_dim, query.dtype)
+        )
+        scores = ops.einsum(self._dot_product_equation, key, query)
+        scores = self._masked_softmax(
+            scores + ops.cast(bias, scores.dtype), mask
+        )
+        dropped = self._dropout_layer(scores, training=training)
+        context = ops.einsum(self._combine_equation, dropped, value)
+        return context, scores
+
+    def score_bias(self, query_positions, key_positions):
+        """A bias for the scores, broadcastable to `(B, H, Tq, Tk)`, or
+        `None`: ALiBi's for `position="alibi"`. Override it for other
+        relative positions (e.g. a learned T5 bucket table built in
+        `build`); `query_positions` `(Tq,)` and `key_positions` `(Tk,)`
+        are the steps' absolute positions (they continue in a cache)."""
+        if self.position != "alibi":
+            return None
+        slopes = positional.alibi_slopes(self.num_heads)
+        return positional.alibi_bias(slopes, query_positions, key_positions)
+
+    def _rotate(self, x, start):
+        """`x` `(B, T, H, K)` rotated at positions `start..start+T-1`."""
+        if self.position != "rotary":
+            return x
+        positions = ops.arange(ops.shape(x)[1]) + start
+        return positional.rotary(
+            x, positions, self.max_wavelength, self.scaling_factor
+        )
 
     def _g(self, context):
         if self.feed_forward is None:
@@ -403,6 +562,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         cache=None,
         cache_update_index=None,
         start_index=None,
+        attention_bias=None,
     ):
         if query_mask is None:
             query_mask = mask  # Keras fills `mask` for `layer(x)`
@@ -437,7 +597,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         query = self._add_positions(query, "query", start)
         if self._use_gate:
             gate = self._gate_dense(query)
-        q = self._query_dense(query)  # (B, Tq, H, K)
+        q = self._rotate(self._query_dense(query), start)  # (B, Tq, H, K)
         if cache is not None:
             k, v, cache, length, offset = self._cached_keys(
                 cache, value, key, cache_update_index, start
@@ -451,7 +611,9 @@ class MultiHeadPositional(layers.MultiHeadAttention):
                     key, value_mask if key is value else key_mask
                 )
                 value = masking.select(value, value_mask)
-            k = self._key_dense(self._add_positions(key, "key"))
+            k = self._rotate(
+                self._key_dense(self._add_positions(key, "key")), 0
+            )
             v = self._value_dense(self._add_positions(value, "value"))
             length, offset = ops.shape(key)[1], None
         if len(query.shape) == 3:
@@ -487,6 +649,13 @@ class MultiHeadPositional(layers.MultiHeadAttention):
                 use_causal_mask,
             )
             rows = self._rows_with_a_key(full_mask, len(query.shape) - 1)
+        bias = attention_bias
+        if len(query.shape) == 3:
+            own = self.score_bias(
+                ops.arange(ops.shape(q)[1]) + start, ops.arange(length)
+            )
+            if own is not None:
+                bias = own if bias is None else ops.add(bias, own)
         context, scores = self._compute_attention(
             q,
             k,
@@ -494,11 +663,8 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             full_mask,
             training,
             return_attention_scores,
-            **(
-                {"use_causal_mask": True}
-                if lean or full_mask is None and use_causal_mask
-                else {}
-            ),
+            use_causal_mask=bool(lean or full_mask is None and use_causal_mask),
+            attention_bias=bias,
         )  # (B, Tq, H, Dv), (B, H, Tq, Tv) or None
         if lean and scores is not None and rows is not None:
             scores = masking.zero_rows(scores, rows[:, None])  # (B, H, Tq, Tv)
@@ -643,14 +809,16 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         key = value if key is None else key
         dtype = self.compute_dtype
         value, key = ops.cast(value, dtype), ops.cast(key, dtype)
-        k = self._key_dense(self._add_positions(key, "key"))
+        k = self._rotate(self._key_dense(self._add_positions(key, "key")), 0)
         v = self._value_dense(self._add_positions(value, "value"))
-        return ops.stack([k, v], axis=1)  # (B, 2, Tv, H, K)
+        return ops.stack([k, v], axis=1)  # (B, 2, Tv, H_kv, K)
 
     def empty_cache(self, batch_size, length):
-        """An all-zero self-attention cache `(B, 2, length, H, key_dim)`."""
+        """An all-zero self-attention cache `(B, 2, length, H_kv,
+        key_dim)`."""
         self._check_cacheable()
-        shape = (batch_size, 2, length, self.num_heads, self.key_dim)
+        heads = self.num_key_value_heads
+        shape = (batch_size, 2, length, heads, self.key_dim)
         return ops.zeros(shape, self.compute_dtype)
 
     def _cached_keys(self, cache, value, key, index, start):
@@ -660,7 +828,9 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         length = ops.shape(cache)[2]
         if index is None:  # cross-attention over a precomputed memory
             return cache[:, 0], cache[:, 1], cache, length, None
-        k_new = self._key_dense(self._add_positions(key, "key", start))
+        k_new = self._rotate(
+            self._key_dense(self._add_positions(key, "key", start)), start
+        )
         v_new = self._value_dense(self._add_positions(value, "value", start))
         at = (0, index, 0, 0)
         k = ops.slice_update(cache[:, 0], at, k_new)  # (B, T, H, K)
@@ -720,6 +890,9 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             ),
             position=self.position,
             max_length=self.max_length,
+            num_key_value_heads=self.num_key_value_heads,
+            max_wavelength=self.max_wavelength,
+            scaling_factor=self.scaling_factor,
             feed_forward=self.feed_forward,
             feed_forward_dim=self.feed_forward_dim,
             feed_forward_activation=keras.activations.serialize(

@@ -32,6 +32,7 @@ LAYER_SUITE = [
     "tests/test_seq2seq_ensemble.py",
     "tests/test_attention_decoder.py",
     "tests/test_mhp_cache.py",
+    "tests/test_positions_heads.py",
     "tests/test_non_finite_padding.py",
     "tests/test_sequence_loss.py",
     "tests/test_docs_seq2seq.py",
