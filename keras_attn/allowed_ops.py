@@ -13,6 +13,7 @@ every export-matrix SavedModel.
 
 ALLOWED_OPS = frozenset(
     {
+        "Abs",
         "Add",
         "AddV2",
         "All",

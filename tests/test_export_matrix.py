@@ -104,6 +104,11 @@ BUILDERS = {
     "mhp_learned_concat_causal": lambda: mhp_model(
         True, position="learned", max_length=T, feed_forward="concat"
     ),
+    "mhp_rotary_causal": lambda: mhp_model(True, position="rotary"),
+    "mhp_alibi_causal": lambda: mhp_model(True, position="alibi"),
+    "mhp_rotary_gqa": lambda: mhp_model(
+        position="rotary", num_key_value_heads=1
+    ),
     "ssa_penalty": ssa_model,
 }
 
