@@ -40,6 +40,8 @@ HEADERS = {
     "tokens_500_s": "tokens (500 max) s",
     "standardize_all_s": "standardize (all) s",
     "peak_mib": "peak MiB",
+    "cache_mib": "cache MiB",
+    "num_key_value_heads": "key/value heads",
 }
 
 
@@ -71,7 +73,7 @@ def table(rows, columns=None):
         "|" + "---|" * len(columns),
     ]
     for r in rows:
-        values = [cell(c, r.get(c)) for c in columns]
+        values = [cell(c, r[c]) if c in r else "–" for c in columns]
         lines.append("| " + " | ".join(values) + " |")
     return lines
 
