@@ -188,11 +188,13 @@ class Attention(layers.Layer):
         )
 
     def _projection(self, name, units, input_width):
-        """A bias-free Keras `Dense` on the last axis: quantization and
-        LoRA come from Keras."""
-        dense = layers.Dense(
-            units,
-            use_bias=False,
+        """A bias-free projection of the last axis, a Keras `EinsumDense`:
+        quantization and LoRA come from Keras. (Not `Dense`: on PyTorch,
+        Keras 3.15's `ops.matmul` turns two float64 tensors into float32,
+        so a bias-free `Dense` computes float64 inputs in float32.)"""
+        dense = layers.EinsumDense(
+            "abc,cd->abd",
+            output_shape=(None, units),
             kernel_initializer=clone_initializer(self.kernel_initializer),
             kernel_regularizer=self.kernel_regularizer,
             kernel_constraint=self.kernel_constraint,

@@ -95,9 +95,21 @@ def additive_score_of_projections(
     return ops.concatenate(parts, axis=1)  # (B, Tq, Tk)
 
 
+def tanh(x):
+    """`ops.tanh`, except float64 on JAX: Keras 3.15 computes that in
+    float32 (its result type of float64 and a Python float is float32),
+    so it is `2 σ(2x) − 1` there, which stays float64."""
+    if (
+        keras.backend.backend() == "jax"
+        and keras.backend.standardize_dtype(x.dtype) == "float64"
+    ):
+        return 2.0 * ops.sigmoid(2.0 * x) - 1.0
+    return ops.tanh(x)
+
+
 def _additive_block(w2s, w1h, v):
     hidden = w2s[:, :, None, :] + w1h[:, None, :, :]  # (B, Tq, Tk, U)
-    return ops.einsum("bqku,u->bqk", ops.tanh(hidden), v)
+    return ops.einsum("bqku,u->bqk", tanh(hidden), v)
 
 
 def concat_score(query, key, weight=None, scale=None):

@@ -5,7 +5,7 @@ import math
 import keras
 from keras import layers, ops
 
-from keras_attn import _sublayers, masking
+from keras_attn import _sublayers, masking, scores
 from keras_attn.validation import (
     check_features,
     check_mask,
@@ -215,7 +215,7 @@ class StructuredSelfAttention(layers.Layer):
         # `Dense` runs matmul, not einsum: TensorFlow's einsum made the
         # training step 3-15% slower here (benchmarks/ssa_einsum_vs_matmul.py).
         x = self._hidden_dense(hidden)  # (B, T, U)
-        logits = self._hop_dense(ops.tanh(x))  # (B, T, r)
+        logits = self._hop_dense(scores.tanh(x))  # (B, T, r)
         logits = ops.transpose(logits, (0, 2, 1))  # (B, r, T)
         hop_mask = None
         if mask is not None:

@@ -33,11 +33,38 @@ LAYER_SUITE = [
     "tests/test_attention_decoder.py",
     "tests/test_mhp_cache.py",
     "tests/test_positions_heads.py",
+    "tests/test_float64.py",
     "tests/test_non_finite_padding.py",
     "tests/test_sequence_loss.py",
     "tests/test_docs_seq2seq.py",
     "tests/test_distribute.py",
 ]
+
+
+def _run(backend, files, **env):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"] + files,
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "KERAS_BACKEND": backend,
+            "JAX_PLATFORMS": "cpu",
+            "CUDA_VISIBLE_DEVICES": "",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+    )
+    tail = (proc.stdout + proc.stderr)[-4000:]
+    assert proc.returncode == 0, tail
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
+
+
+def test_float64_on_jax_with_x64():
+    """JAX computes float64 only with x64 on: its own process."""
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed")
+    _run("jax", ["tests/test_float64.py"], JAX_ENABLE_X64="1")
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
@@ -46,20 +73,4 @@ def test_layer_suite_passes_on(backend):
         pytest.skip(f"{backend} is not installed")
     if keras.backend.backend() == backend:
         pytest.skip(f"already running on {backend}")
-    env = {
-        **os.environ,
-        "KERAS_BACKEND": backend,
-        "JAX_PLATFORMS": "cpu",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
-        + LAYER_SUITE,
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    tail = (proc.stdout + proc.stderr)[-4000:]
-    assert proc.returncode == 0, tail
-    assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
+    _run(backend, LAYER_SUITE)
