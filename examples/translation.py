@@ -351,7 +351,11 @@ def main(
         int8 = keras.quantizers.Int8QuantizationConfig(
             activation_quantizer=None
         )
-        layers = (keras.layers.Embedding, keras.layers.Dense)
+        layers = (
+            keras.layers.Embedding,
+            keras.layers.Dense,
+            keras.layers.EinsumDense,
+        )
         trainer.quantize(config=int8, filters=lambda x: isinstance(x, layers))
     translator = seq2seq.Translator(
         vec_en,
