@@ -15,12 +15,14 @@ from keras_attn.seq2seq.attention_decoder import AttentionDecoder
 from keras_attn.seq2seq.ensemble import ensemble
 from keras_attn.seq2seq.losses import SequenceLoss
 from keras_attn.seq2seq.search import beam_search, greedy_search, sample_search
+from keras_attn.seq2seq.tree import gather_tree
 
 __all__ = [
     "AttentionDecoder",
     "SequenceLoss",
     "beam_search",
     "ensemble",
+    "gather_tree",
     "greedy_search",
     "sample_search",
 ]

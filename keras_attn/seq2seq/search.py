@@ -12,7 +12,8 @@ token) and `alignment` is the attention over the source, `(B, S)`, or
 buffers, so they trace under `jax.jit` and `tf.function` (and therefore
 live inside an exported SavedModel) and run eagerly on PyTorch.
 
-Token conventions: every output starts after `start_id`; `end_id` ends it
+Token conventions: every output starts after `start_id` (one id, or one
+per example `(B,)`); `end_id` (one id, or a list: any of them) ends it
 and is kept in the output; positions after it hold 0, the padding id,
 which is never emitted. Columns in `banned_ids` (e.g. the start token,
 `[UNK]`) are never emitted either.
@@ -78,18 +79,49 @@ def _batch_size(state):
     return ops.shape(leaves[0])[0]
 
 
+def _ids(value):
+    """The ids of `end_id`: an int or a non-empty list of ints."""
+    ids = list(value) if isinstance(value, (list, tuple)) else [value]
+    ok = ids and all(isinstance(i, int) and i >= 0 for i in ids)
+    return ids if ok else None
+
+
 def _check(start_id, end_id, max_length):
-    for name, value in (("start_id", start_id), ("end_id", end_id)):
-        if not isinstance(value, int) or value < 0:
-            raise ValueError(
-                f"Expected {name} to be a non-negative integer. "
-                f"Received: {name}={value!r}"
-            )
+    if (
+        isinstance(start_id, int)
+        and start_id < 0
+        or (
+            not isinstance(start_id, int)
+            and len(getattr(start_id, "shape", ())) != 1
+        )
+    ):
+        raise ValueError(
+            "Expected start_id to be a non-negative integer or a `(B,)` "
+            f"tensor of them. Received: start_id={start_id!r}"
+        )
+    if _ids(end_id) is None:
+        raise ValueError(
+            "Expected end_id to be a non-negative integer or a list of "
+            f"them. Received: end_id={end_id!r}"
+        )
     if not isinstance(max_length, int) or max_length < 1:
         raise ValueError(
             "Expected max_length to be a positive integer. "
             f"Received: max_length={max_length!r}"
         )
+
+
+def _is_end(token, end_id):
+    """Whether each token is one of the end ids."""
+    ends = ops.convert_to_tensor(_ids(end_id), dtype="int32")
+    return ops.any(ops.equal(ops.expand_dims(token, -1), ends), axis=-1)
+
+
+def _start_tokens(start_id, batch, repeats=1):
+    """`(B·repeats,)` start tokens: one id for all or one per example."""
+    if isinstance(start_id, int):
+        return ops.full((batch * repeats,), start_id, dtype="int32")
+    return ops.repeat(ops.cast(start_id, "int32"), repeats, axis=0)
 
 
 def _alignment_buffer(rows, max_length, alignment):
@@ -107,7 +139,7 @@ def _token_search(step_fn, state, start_id, end_id, max_length, banned, pick):
     """Greedy and sampling: one token per step chosen by `pick`."""
     _check(start_id, end_id, max_length)
     batch = _batch_size(state)
-    tokens = ops.full((batch,), start_id, dtype="int32")
+    tokens = _start_tokens(start_id, batch)
     zero = ops.convert_to_tensor(0, dtype="int32")
     logits, state, alignment = step_fn(tokens, state, zero)
     ids = ops.zeros((batch, max_length), "int32")
@@ -121,7 +153,8 @@ def _token_search(step_fn, state, start_id, end_id, max_length, banned, pick):
         token = ops.where(done, 0, token)
         ids = _write(ids, index, token)
         align = _write(align, index, _as_alignment(batch, alignment))
-        return token, state, ops.logical_or(done, token == end_id), ids, align
+        done = ops.logical_or(done, _is_end(token, end_id))
+        return token, state, done, ids, align
 
     tokens, state, done, ids, align = advance(
         zero, logits, state, alignment, done, ids, align
@@ -193,13 +226,18 @@ def sample_search(
     top_k=None,
     seed=None,
     banned_ids=(),
+    top_p=None,
 ):
-    """Ancestral sampling with a temperature and an optional top-k cut.
+    """Ancestral sampling with a temperature and optional top-k and top-p
+    (nucleus; Holtzman et al. 2020) cuts.
 
     Each step samples from `softmax(logits / temperature)` restricted to
-    the `top_k` most likely tokens. The random numbers (one per output
-    token) are drawn before the loop from `seed`, so a fixed integer seed
-    gives the same outputs on every call, also under `jax.jit`.
+    the `top_k` most likely tokens, then to the smallest set of most
+    likely tokens whose probability reaches `top_p` (KerasHub's
+    `TopPSampler`; tokens tied with the last one kept stay in). The
+    random numbers (one per output token) are drawn before the loop from
+    `seed`, so a fixed integer seed gives the same outputs on every call,
+    also under `jax.jit`.
 
     Args:
         step_fn, state, start_id, end_id, max_length, banned_ids: as in
@@ -208,6 +246,7 @@ def sample_search(
             `1.0`.
         top_k: sample among the `top_k` most likely tokens only. Defaults
             to `None` (all).
+        top_p: a probability in `(0, 1]`. Defaults to `None` (no cut).
         seed: an int or a `keras.random.SeedGenerator`. Defaults to
             `None`.
 
@@ -224,6 +263,12 @@ def sample_search(
             "Expected top_k to be a positive integer or None. "
             f"Received: top_k={top_k!r}"
         )
+    if top_p is not None and not (
+        isinstance(top_p, (int, float)) and 0 < top_p <= 1
+    ):
+        raise ValueError(
+            f"Expected top_p in (0, 1] or None. Received: top_p={top_p!r}"
+        )
     batch = _batch_size(state)
     uniform = keras.random.uniform((max_length, batch), seed=seed)
 
@@ -232,6 +277,8 @@ def sample_search(
         if top_k is not None:
             kth = ops.top_k(logits, min(top_k, logits.shape[-1]))[0][:, -1:]
             logits = ops.where(logits < kth, NEG_INF, logits)
+        if top_p is not None:
+            logits = nucleus(logits, top_p)
         cdf = ops.cumsum(ops.softmax(logits, axis=-1), axis=-1)  # (B, V)
         u = ops.take(uniform, index, axis=0)[:, None] * cdf[:, -1:]  # (B, 1)
         token = ops.sum(ops.cast(cdf < u, "int32"), axis=-1)
@@ -240,6 +287,18 @@ def sample_search(
     return _token_search(
         step_fn, state, start_id, end_id, max_length, banned_ids, pick
     )
+
+
+def nucleus(logits, top_p):
+    """`logits (B, V)` with every token outside the nucleus at -1e9: the
+    most likely tokens whose probability before them is below `top_p`."""
+    logits = ops.convert_to_tensor(logits)
+    ranked = ops.top_k(logits, logits.shape[-1])[0]  # (B, V), descending
+    probs = ops.softmax(ranked, axis=-1)
+    before = ops.cumsum(probs, axis=-1) - probs
+    kept = ops.where(before < top_p, ranked, float("inf"))
+    last = ops.min(kept, axis=-1, keepdims=True)  # the least likely kept
+    return ops.where(logits < last, NEG_INF, logits)
 
 
 def beam_search(
@@ -253,6 +312,9 @@ def beam_search(
     coverage_penalty=0.0,
     source_mask=None,
     banned_ids=(),
+    count_end_token=True,
+    coverage_on_finished_only=False,
+    return_all_beams=False,
 ):
     """Beam search with the GNMT length and coverage penalties.
 
@@ -275,11 +337,27 @@ def beam_search(
         source_mask: optional boolean `(B, S)`: the source positions the
             coverage penalty counts (padding excluded). Defaults to
             `None` (all).
+        count_end_token: whether the end token counts in `|Y|` from the
+            step it is chosen (GNMT's `|Y|` is the output's length, end
+            included). `False` is tfa's `BeamSearchDecoder`: it never
+            counts. Defaults to `True`.
+        coverage_on_finished_only: add the coverage penalty to finished
+            hypotheses only, as tfa does; by default every hypothesis is
+            ranked with it, as GNMT's formula reads (an unfinished
+            hypothesis is then compared with finished ones on the same
+            terms). Defaults to `False`.
+        return_all_beams: also return every beam (tfa's
+            `BeamSearchDecoderOutput`). Defaults to `False`.
 
     Returns:
         A dict: the best hypothesis per example, `"ids"` `(B, max_length)`,
         `"alignment"` `(B, max_length, S)` (or `None`) and `"score"`
-        `(B,)`, its penalized score.
+        `(B,)`, its penalized score. With `return_all_beams`, also
+        `"beam_ids"` `(B, K, max_length)` and `"beam_scores"` `(B, K)`
+        (the final beams, best first), and per step `"step_ids"`,
+        `"parent_ids"` (the beam each step's hypothesis extends) and
+        `"step_scores"` (its penalized score), each `(B, max_length, K)`,
+        from which `gather_tree` rebuilds `beam_ids`.
     """
     _check(start_id, end_id, max_length)
     if not isinstance(beam_width, int) or beam_width < 1:
@@ -291,7 +369,7 @@ def beam_search(
     batch = _batch_size(state)
     state = keras.tree.map_structure(lambda x: ops.repeat(x, k, axis=0), state)
     offsets = ops.arange(batch, dtype="int32")[:, None] * k  # (B, 1)
-    tokens = ops.full((batch * k,), start_id, dtype="int32")
+    tokens = _start_tokens(start_id, batch, k)
     zero = ops.convert_to_tensor(0, dtype="int32")
     logits, state, alignment = step_fn(tokens, state, zero)
     if coverage_penalty and alignment is None:
@@ -301,6 +379,7 @@ def beam_search(
         )
     vocab = logits.shape[-1]
     pad_only = ops.where(ops.arange(vocab) == 0, 0.0, NEG_INF)  # (V,)
+    ends = ops.cast(_is_end(ops.arange(vocab, dtype="int32"), end_id), "bool")
     mask = None
     if source_mask is not None:
         mask = ops.repeat(ops.cast(source_mask, "bool"), k, axis=0)  # (BK, S)
@@ -319,40 +398,56 @@ def beam_search(
     cov = ops.zeros((batch * k, width), "float32")
     ids = ops.zeros((batch * k, max_length), "int32")
     align = _alignment_buffer(batch * k, max_length, alignment)
+    steps = ops.zeros((3, batch, max_length, k), "float32")  # ids, parents, s
 
     def advance(index, logits, state, alignment, carry):
-        scores, lengths, finished, cov, ids, align = carry
+        scores, lengths, finished, cov, ids, align, steps = carry
         logp = ops.log_softmax(ban(logits, (0, *banned_ids)), axis=-1)
         logp = ops.reshape(logp, (-1, k, vocab))
         logp = ops.where(finished[..., None], pad_only, logp)
         total = scores[..., None] + logp  # (B, K, V)
-        live = ops.cast(ops.logical_not(finished), "float32")
-        new_len = lengths + live  # (B, K)
+        live = ops.cast(ops.logical_not(finished), "float32")[..., None]
+        new_len = lengths[..., None] + live  # (B, K, 1)
+        if not count_end_token:  # (B, K, V): the end token adds nothing
+            new_len = new_len - live * ops.cast(ends, "float32")
+        new_len = ops.broadcast_to(new_len, (batch, k, vocab))
         w = _as_alignment(batch * k, alignment)  # (BK, S)
         new_cov = cov + w * ops.reshape(live, (-1, 1))
-        ranked = (
-            total / length_penalty_factor(new_len, length_penalty)[..., None]
-            + coverage(new_cov)[..., None]
-        )
-        _, top = ops.top_k(ops.reshape(ranked, (-1, k * vocab)), k)  # (B, K)
-        top = ops.cast(top, "int32")
+        cover = coverage(new_cov)[..., None]  # (B, K, 1)
+        if coverage_on_finished_only:
+            cover = ops.where(
+                ops.logical_or(finished[..., None], ends), cover, 0
+            )
+        ranked = total / length_penalty_factor(new_len, length_penalty) + cover
+        best, top = ops.top_k(ops.reshape(ranked, (-1, k * vocab)), k)
+        top = ops.cast(top, "int32")  # (B, K)
         beam, token = top // vocab, top % vocab
         flat = ops.reshape(offsets + beam, (-1,))  # (BK,) rows to keep
 
         def take(x):
             return ops.take(x, flat, axis=0)
 
-        scores = ops.take_along_axis(
-            ops.reshape(total, (-1, k * vocab)), top, axis=1
-        )
-        lengths = ops.take_along_axis(new_len, beam, axis=1)
+        def pick(x):  # (B, K, V) -> the chosen (B, K)
+            return ops.take_along_axis(ops.reshape(x, (-1, k * vocab)), top, 1)
+
+        scores, lengths = pick(total), pick(new_len)
         was_done = ops.reshape(take(ops.reshape(finished, (-1,))), (-1, k))
-        finished = ops.logical_or(was_done, token == end_id)
+        finished = ops.logical_or(was_done, _is_end(token, end_id))
+        if return_all_beams:
+            step = ops.stack(
+                [ops.cast(token, "float32"), ops.cast(beam, "float32"), best]
+            )
+            steps = _write(
+                ops.reshape(steps, (3 * batch, max_length, k)),
+                index,
+                ops.reshape(step, (3 * batch, k)),
+            )
+            steps = ops.reshape(steps, (3, batch, max_length, k))
         token = ops.reshape(token, (-1,))
         ids = _write(take(ids), index, token)
         align = _write(take(align), index, take(w))
         state = keras.tree.map_structure(take, state)
-        carry = (scores, lengths, finished, take(new_cov), ids, align)
+        carry = (scores, lengths, finished, take(new_cov), ids, align, steps)
         return token, state, carry
 
     tokens, state, carry = advance(
@@ -360,7 +455,7 @@ def beam_search(
         logits,
         state,
         alignment,
-        (scores, lengths, finished, cov, ids, align),
+        (scores, lengths, finished, cov, ids, align, steps),
     )
 
     def cond(index, tokens, state, carry):
@@ -373,15 +468,27 @@ def beam_search(
 
     one = ops.convert_to_tensor(1, dtype="int32")
     _, _, _, carry = ops.while_loop(cond, body, (one, tokens, state, carry))
-    scores, lengths, _, cov, ids, align = carry
+    scores, lengths, finished, cov, ids, align, steps = carry
     final = scores / length_penalty_factor(lengths, length_penalty)
-    final = final + coverage(cov)  # (B, K)
+    cover = coverage(cov)  # (B, K)
+    if coverage_on_finished_only:
+        cover = ops.where(finished, cover, 0.0)
+    final = final + cover
     best = ops.cast(_argmax(final), "int32")  # (B,)
     rows = offsets[:, 0] + best
-    return {
+    out = {
         "ids": ops.take(ids, rows, axis=0),
         "alignment": None
         if alignment is None
         else ops.take(align, rows, axis=0),
         "score": ops.take_along_axis(final, best[:, None], axis=1)[:, 0],
     }
+    if return_all_beams:
+        order = ops.cast(ops.top_k(final, k)[1], "int32")  # (B, K) best first
+        beams = ops.reshape(ids, (batch, k, max_length))
+        out["beam_ids"] = ops.take_along_axis(beams, order[..., None], axis=1)
+        out["beam_scores"] = ops.take_along_axis(final, order, axis=1)
+        out["step_ids"] = ops.cast(steps[0], "int32")
+        out["parent_ids"] = ops.cast(steps[1], "int32")
+        out["step_scores"] = steps[2]
+    return out

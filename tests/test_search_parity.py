@@ -1,0 +1,243 @@
+"""What tfa.seq2seq and KerasHub users migrate with: tfa's beam-search
+conventions as options (the end token's length, coverage on finished
+hypotheses only), every beam with its parents, `gather_tree`, top-p
+sampling, several end tokens, a start token per example. NumPy references
+and brute force on Markov chains (helpers of `test_search.py`); part of
+the JAX and PyTorch suite."""
+
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attn.seq2seq import gather_tree, search
+from tests.test_search import END, START, chain, enumerate_hypotheses, strip
+
+
+def score(seq, total, alpha, beta, attention, count_end, finished_only):
+    length = len(seq) - (0 if count_end or seq[-1] != END else 1)
+    value = total / ((5.0 + length) / 6.0) ** alpha
+    if beta and (seq[-1] == END or not finished_only):
+        cov = sum(attention[p] for p in (START, *seq[:-1]))
+        value += beta * np.log(np.clip(cov, 1e-10, 1.0)).sum()
+    return value
+
+
+@pytest.mark.parametrize("count_end", [True, False])
+@pytest.mark.parametrize("finished_only", [False, True])
+def test_wide_beam_is_the_exhaustive_optimum_under_each_convention(
+    count_end, finished_only
+):
+    rng = np.random.default_rng(3)
+    allowed = [2, 3, 4, 5]
+    for trial in range(4):
+        logits = rng.normal(scale=2.0, size=(6, 6)).astype("float32")
+        attention = rng.dirichlet(np.ones(3) * 0.3, size=6).astype("float32")
+        args = (1.0, 0.5, attention, count_end, finished_only)
+        best = max(
+            enumerate_hypotheses(logits, 3, allowed),
+            key=lambda h: score(*h, *args),
+        )
+        out = search.beam_search(
+            chain(logits, attention),
+            np.zeros((1, 1), "float32"),
+            START,
+            END,
+            3,
+            beam_width=64,
+            length_penalty=1.0,
+            coverage_penalty=0.5,
+            banned_ids=(1,),
+            count_end_token=count_end,
+            coverage_on_finished_only=finished_only,
+        )
+        assert strip(out["ids"][0]) == list(best[0]), trial
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(out["score"])[0],
+            score(*best, *args),
+            rtol=1e-4,
+        )
+
+
+def test_the_conventions_do_choose_differently():
+    """On some chain the tfa options pick another hypothesis than the
+    defaults (so the options are not a no-op)."""
+    rng = np.random.default_rng(0)
+    differ = 0
+    for _ in range(30):
+        logits = rng.normal(scale=2.0, size=(6, 6)).astype("float32")
+        attention = rng.dirichlet(np.ones(3) * 0.3, size=6).astype("float32")
+        picks = [
+            strip(
+                search.beam_search(
+                    chain(logits, attention),
+                    np.zeros((1, 1), "float32"),
+                    START,
+                    END,
+                    3,
+                    beam_width=64,
+                    length_penalty=1.0,
+                    coverage_penalty=0.5,
+                    banned_ids=(1,),
+                    count_end_token=tfa,
+                    coverage_on_finished_only=tfa,
+                )["ids"][0]
+            )
+            for tfa in (True, False)
+        ]
+        differ += picks[0] != picks[1]
+    assert differ > 0
+
+
+def np_gather_tree(step_ids, parent_ids, lengths, end):
+    """tfa's gather_tree kernel, loop by loop, on `(T, B, K)`."""
+    steps, batch, width = step_ids.shape
+    out = np.full(step_ids.shape, end)
+    for b in range(batch):
+        length = min(steps, lengths[b])
+        for k in range(width):
+            if length <= 0:
+                continue
+            out[length - 1, b, k] = step_ids[length - 1, b, k]
+            parent = parent_ids[length - 1, b, k]
+            for level in range(length - 2, -1, -1):
+                if parent < 0 or parent >= width:
+                    out[level, b, k] = -1
+                    break
+                out[level, b, k] = step_ids[level, b, parent]
+                parent = parent_ids[level, b, parent]
+            done = False
+            for t in range(length):
+                if done:
+                    out[t, b, k] = end
+                elif out[t, b, k] == end:
+                    done = True
+    return out
+
+
+def test_gather_tree_matches_tfa_kernel_on_random_records():
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        steps, batch, width = rng.integers(1, 7), rng.integers(1, 4), 3
+        step_ids = rng.integers(0, 6, size=(steps, batch, width))
+        parents = rng.integers(-1, width + 1, size=(steps, batch, width))
+        parents = np.where(
+            rng.random(parents.shape) < 0.8, parents % width, parents
+        )
+        lengths = rng.integers(0, steps + 2, size=batch)
+        got = ops.convert_to_numpy(gather_tree(step_ids, parents, lengths, 5))
+        np.testing.assert_array_equal(
+            got, np_gather_tree(step_ids, parents, lengths, 5)
+        )
+
+
+def test_all_beams_and_their_records_rebuild_with_gather_tree():
+    rng = np.random.default_rng(4)
+    logits = rng.normal(scale=2.0, size=(7, 7)).astype("float32")
+    out = search.beam_search(
+        chain(logits),
+        np.zeros((2, 1), "float32"),
+        START,
+        END,
+        5,
+        beam_width=3,
+        banned_ids=(1,),
+        return_all_beams=True,
+    )
+    beams = ops.convert_to_numpy(out["beam_ids"])  # (B, K, L)
+    assert beams.shape == (2, 3, 5)
+    np.testing.assert_array_equal(beams[:, 0], ops.convert_to_numpy(out["ids"]))
+    scores = ops.convert_to_numpy(out["beam_scores"])
+    assert np.all(np.diff(scores, axis=1) <= 0)  # best first
+    step_ids = np.transpose(ops.convert_to_numpy(out["step_ids"]), (1, 0, 2))
+    parents = np.transpose(ops.convert_to_numpy(out["parent_ids"]), (1, 0, 2))
+    rebuilt = np.transpose(
+        ops.convert_to_numpy(gather_tree(step_ids, parents, [5, 5], END)),
+        (1, 2, 0),
+    )  # (B, K, L), the beams in their last-step order
+    # Each final beam is one of the rebuilt ones (up to padding after END).
+    for b in range(2):
+        tidy = [strip(np.where(r == END, 0, r)) for r in rebuilt[b]]
+        for row in beams[b]:
+            assert strip(np.where(row == END, 0, row)) in tidy
+
+
+def np_nucleus(logits, p):
+    order = np.argsort(-logits, kind="stable")
+    probs = np.exp(logits[order] - logits.max())
+    probs /= probs.sum()
+    before = np.cumsum(probs) - probs
+    kept = set(order[before < p].tolist())
+    cut = min(logits[list(kept)])
+    return {i for i in range(len(logits)) if logits[i] >= cut}
+
+
+def test_top_p_keeps_exactly_the_nucleus():
+    rng = np.random.default_rng(2)
+    logits = rng.normal(scale=2.0, size=(5, 9)).astype("float32")
+    for p in (0.1, 0.5, 0.9, 1.0):
+        out = ops.convert_to_numpy(search.nucleus(logits, p))
+        for row, got in zip(logits, out, strict=True):
+            kept = set(np.flatnonzero(got > -1e8).tolist())
+            assert kept == np_nucleus(row, p), p
+
+
+def test_sampling_with_top_p_only_draws_from_the_nucleus():
+    p = np.full((6, 6), 1e-3)
+    p[START, 2:] = [0.05, 0.5, 0.3, 0.15]  # nucleus at 0.7: tokens 3 and 4
+    p[3:, END] = 1.0
+    logits = np.log(p / p.sum(1, keepdims=True)).astype("float32")
+    drawn = set()
+    for seed in range(40):
+        out = search.sample_search(
+            chain(logits), np.zeros((4, 1)), START, END, 2, seed=seed, top_p=0.7
+        )
+        drawn |= set(ops.convert_to_numpy(out["ids"])[:, 0].tolist())
+    assert drawn == {3, 4}
+
+
+def test_several_end_tokens_and_a_start_token_per_example():
+    p = np.full((6, 6), 1e-6)
+    p[1, 3], p[3, 4], p[4, 5], p[5, 2] = 1, 1, 1, 1  # 1→3→4→5→2
+    p[0, 4] = 1  # start 0 → 4 → 5 → 2
+    logits = np.log(p).astype("float32")
+    starts = np.array([1, 0], "int32")
+    out = search.greedy_search(chain(logits), np.zeros((2, 1)), starts, 2, 6)
+    ids = ops.convert_to_numpy(out["ids"]).tolist()
+    assert ids == [[3, 4, 5, 2, 0, 0], [4, 5, 2, 0, 0, 0]]
+    out = search.greedy_search(
+        chain(logits), np.zeros((2, 1)), starts, [5, 2], 6
+    )
+    assert ops.convert_to_numpy(out["ids"]).tolist() == [
+        [3, 4, 5, 0, 0, 0],
+        [4, 5, 0, 0, 0, 0],
+    ]
+    beam = search.beam_search(
+        chain(logits), np.zeros((2, 1)), starts, [5, 2], 6, beam_width=2
+    )
+    assert ops.convert_to_numpy(beam["ids"]).tolist() == [
+        [3, 4, 5, 0, 0, 0],
+        [4, 5, 0, 0, 0, 0],
+    ]
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"end_id": []}, "end_id"),
+        ({"end_id": [2, -1]}, "end_id"),
+        ({"start_id": -3}, "start_id=-3"),
+        ({"top_p": 0.0}, "top_p=0.0"),
+        ({"top_p": 1.5}, "top_p=1.5"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, needle):
+    args = {"start_id": 1, "end_id": 2, "top_p": None, **kwargs}
+    with pytest.raises(ValueError, match=needle):
+        search.sample_search(
+            chain(np.zeros((3, 3), "float32")),
+            np.zeros((1, 1)),
+            args["start_id"],
+            args["end_id"],
+            3,
+            top_p=args["top_p"],
+        )
