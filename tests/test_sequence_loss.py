@@ -5,6 +5,7 @@ round-trips through `.keras`."""
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 from keras_attn.seq2seq import SequenceLoss
 from tests.backend import training
@@ -75,3 +76,102 @@ def test_trains_in_compile_and_round_trips(tmp_path):
 def test_label_smoothing_out_of_range_names_the_argument():
     with pytest.raises(ValueError, match="label_smoothing=1.5"):
         SequenceLoss(label_smoothing=1.5)
+
+
+# -- tfa's reductions and distribution targets (issue #30) ----------------
+def np_tfa_sequence_loss(logits, targets, weights, at, ab, st, sb):
+    """tfa.seq2seq.sequence_loss from its definition, in NumPy."""
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    ce = -np.take_along_axis(logp, targets[..., None], -1)[..., 0] * weights
+    nz = (weights != 0).astype(float)
+
+    def div(a, b):
+        return np.where(b == 0, 0.0, a / np.where(b == 0, 1, b))
+
+    if at and ab:
+        return div(ce.sum(), weights.sum())
+    if st and sb:
+        return div(ce.sum(), nz.sum())
+    if at or ab:
+        axis = 0 if ab else 1
+        return div(ce.sum(axis), weights.sum(axis))
+    axis = 0 if sb else 1
+    return div(ce.sum(axis), nz.sum(axis))
+
+
+FLAGS = [
+    (True, True, False, False),
+    (False, False, True, True),
+    (True, False, False, False),
+    (False, True, False, False),
+    (False, False, True, False),
+    (False, False, False, True),
+    (True, False, False, True),  # tfa: the average alone applies
+]
+
+
+@pytest.mark.parametrize("flags", FLAGS, ids=str)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_tfa_reductions_match_the_definition(flags, weighted):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 5, 7)).astype("float32")
+    targets = rng.integers(1, 7, size=(3, 5))
+    targets[0, 3:] = 0  # padding
+    targets[2, :] = 0  # an all-padding row: divide-by-zero gives 0
+    if weighted:
+        weights = rng.random((3, 5)).astype("float32")
+        weights[1, 2] = 0.0
+    else:
+        weights = (targets != 0).astype("float32")
+    names = (
+        "average_across_timesteps",
+        "average_across_batch",
+        "sum_over_timesteps",
+        "sum_over_batch",
+    )
+    # With weights, tfa's exact setting: the weights are the only mask.
+    ignore = None if weighted else 0
+    loss = SequenceLoss(
+        ignore_class=ignore, **dict(zip(names, flags, strict=True))
+    )
+    got = loss(targets, logits, sample_weight=weights if weighted else None)
+    want = np_tfa_sequence_loss(
+        logits.astype("float64"), targets, weights, *flags
+    )
+    np.testing.assert_allclose(ops.convert_to_numpy(got), want, rtol=1e-5)
+    again = SequenceLoss.from_config(loss.get_config())
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(
+            again(targets, logits, sample_weight=weights if weighted else None)
+        ),
+        want,
+        rtol=1e-5,
+    )
+
+
+def test_average_and_sum_on_one_axis_are_refused():
+    with pytest.raises(
+        ValueError, match="average_across_batch and sum_over_batch"
+    ):
+        SequenceLoss(average_across_batch=True, sum_over_batch=True)
+
+
+def test_one_hot_and_soft_targets():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(2, 4, 6)).astype("float32")
+    ids = rng.integers(1, 6, size=(2, 4))
+    ids[1, 2:] = 0
+    one_hot = np.eye(6, dtype="float32")[ids] * (ids != 0)[..., None]
+    for smoothing in (0.0, 0.2):
+        loss = SequenceLoss(label_smoothing=smoothing, reduction=None)
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(loss(one_hot, logits)),
+            ops.convert_to_numpy(loss(ids, logits)),
+            rtol=1e-6,
+        )
+    soft = rng.dirichlet(np.ones(6), size=(2, 4)).astype("float32")
+    soft[1, 2:] = 0.0
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    want = -(soft * logp).sum(-1)
+    got = SequenceLoss(reduction=None)(soft, logits)
+    np.testing.assert_allclose(ops.convert_to_numpy(got), want, rtol=1e-5)

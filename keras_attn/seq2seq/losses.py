@@ -16,6 +16,9 @@ class SequenceLoss(keras.losses.Loss):
     `keras.losses.CategoricalCrossentropy`, which
     `SparseCategoricalCrossentropy` does not offer).
 
+    Targets may also be distributions `(B, T, V)` (one-hot or soft); a
+    position whose row is all zeros is padding there.
+
     The per-token losses go through Keras's `reduction`. With the default
     `"sum_over_batch_size"`, when `y_pred` carries a Keras mask (a model
     whose output follows `Embedding(mask_zero=True)`, as in `compile`), the
@@ -28,6 +31,13 @@ class SequenceLoss(keras.losses.Loss):
         label_smoothing: `ε` in `[0, 1]`. Defaults to `0.0`.
         ignore_class: the target id that adds no loss (padding), or
             `None`. Defaults to `0`.
+        average_across_timesteps, average_across_batch, sum_over_timesteps,
+            sum_over_batch: tfa's `SequenceLoss` reductions, which replace
+            `reduction` when one is set: "average" divides a sum by the
+            sum of the weights, "sum" by their number of non-zeros, along
+            the named axis (both axes: a scalar; one: `(B,)` or `(T,)`).
+            The weights are `sample_weight` `(B, T)` when given, else the
+            non-padding positions. All default to `False`.
         reduction, name, dtype: as for any `keras.losses.Loss`.
 
     Example:
@@ -48,7 +58,20 @@ class SequenceLoss(keras.losses.Loss):
         reduction="sum_over_batch_size",
         name="sequence_loss",
         dtype=None,
+        average_across_timesteps=False,
+        average_across_batch=False,
+        sum_over_timesteps=False,
+        sum_over_batch=False,
     ):
+        for axis in ("timesteps", "batch"):
+            if (
+                locals()[f"average_across_{axis}"]
+                and locals()[f"sum_over_{axis}"]
+            ):
+                raise ValueError(
+                    f"average_across_{axis} and sum_over_{axis} cannot both "
+                    "be set. Received: both True"
+                )
         if not 0.0 <= float(label_smoothing) <= 1.0:
             raise ValueError(
                 "Expected label_smoothing in [0, 1]. "
@@ -58,19 +81,54 @@ class SequenceLoss(keras.losses.Loss):
         self.from_logits = from_logits
         self.label_smoothing = float(label_smoothing)
         self.ignore_class = ignore_class
+        self.tfa_reduction = {
+            "average_across_timesteps": bool(average_across_timesteps),
+            "average_across_batch": bool(average_across_batch),
+            "sum_over_timesteps": bool(sum_over_timesteps),
+            "sum_over_batch": bool(sum_over_batch),
+        }
+
+    def _keep(self, y_true, y_pred):
+        """Positions that count, `(B, T)` bool, or `None` (all)."""
+        if len(y_true.shape) == len(y_pred.shape):  # distributions
+            return ops.any(ops.not_equal(y_true, 0), axis=-1)
+        if self.ignore_class is None:
+            return None
+        return ops.not_equal(ops.cast(y_true, "int32"), self.ignore_class)
 
     def call(self, y_true, y_pred):
-        y_true = ops.cast(y_true, "int32")
+        if len(y_true.shape) == len(y_pred.shape):
+            target = ops.cast(y_true, y_pred.dtype)
+        else:
+            target = ops.one_hot(
+                ops.cast(y_true, "int32"), ops.shape(y_pred)[-1]
+            )
         per_token = keras.losses.categorical_crossentropy(
-            ops.one_hot(y_true, ops.shape(y_pred)[-1]),
+            target,
             y_pred,
             from_logits=self.from_logits,
             label_smoothing=self.label_smoothing,
         )  # (B, T)
-        if self.ignore_class is None:
+        keep = self._keep(y_true, y_pred)
+        if keep is None:
             return per_token
-        keep = ops.not_equal(y_true, self.ignore_class)
         return per_token * ops.cast(keep, per_token.dtype)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        flags = self.tfa_reduction
+        if not any(flags.values()):
+            return super().__call__(y_true, y_pred, sample_weight)
+        y_true = ops.convert_to_tensor(y_true)
+        y_pred = ops.convert_to_tensor(y_pred)
+        per_token = self.call(y_true, y_pred)
+        if sample_weight is None:
+            keep = self._keep(y_true, y_pred)
+            weights = ops.ones_like(per_token) if keep is None else keep
+        else:
+            weights = sample_weight
+        weights = ops.cast(weights, per_token.dtype)
+        loss = per_token * weights
+        return _tfa_reduce(loss, weights, **flags)
 
     def get_config(self):
         return {
@@ -78,4 +136,34 @@ class SequenceLoss(keras.losses.Loss):
             "from_logits": self.from_logits,
             "label_smoothing": self.label_smoothing,
             "ignore_class": self.ignore_class,
+            **self.tfa_reduction,
         }
+
+
+def _tfa_reduce(
+    loss,
+    weights,
+    average_across_timesteps,
+    average_across_batch,
+    sum_over_timesteps,
+    sum_over_batch,
+):
+    """tfa's `sequence_loss` reductions of weighted per-token losses."""
+
+    def divide(total, size):
+        return ops.where(
+            size == 0, 0.0, total / ops.where(size == 0, 1.0, size)
+        )
+
+    nonzero = ops.cast(ops.not_equal(weights, 0), loss.dtype)
+    if average_across_timesteps and average_across_batch:
+        return divide(ops.sum(loss), ops.sum(weights))
+    if sum_over_timesteps and sum_over_batch:
+        return divide(ops.sum(loss), ops.sum(nonzero))
+    if average_across_timesteps or average_across_batch:
+        axis = 0 if average_across_batch else 1
+        # As tfa: with an average and a sum on different axes, the average
+        # alone applies.
+        return divide(ops.sum(loss, axis=axis), ops.sum(weights, axis=axis))
+    axis = 0 if sum_over_batch else 1
+    return divide(ops.sum(loss, axis=axis), ops.sum(nonzero, axis=axis))
