@@ -1,5 +1,7 @@
 """`Attention`: the classic score-function attention family."""
 
+import math
+
 import keras
 from keras import layers, ops
 
@@ -59,6 +61,11 @@ class Attention(layers.Layer):
             `(B, Tq, Tk, units)` hidden tensor is never whole in memory
             (see BENCHMARKS.md, figure 2). Same result. Defaults to `None`
             (one block).
+        normalize: for `"additive"`, weight normalization of `v`
+            (Salimans & Kingma 2016; tfa's `BahdanauAttention(normalize=
+            True)`): `v = g · v' / ‖v'‖` with a learned scalar `g`
+            initialized to `sqrt(1 / units)`; needs `use_bias`. Defaults
+            to `False`.
         use_scale: multiply the scores by a learned scalar (initialized to
             1), as `keras.layers.Attention(use_scale=True)` (for
             `"concat"`, scale `s + h` inside the `tanh`, as Keras does);
@@ -121,6 +128,7 @@ class Attention(layers.Layer):
         bias_regularizer=None,
         chunk_size=None,
         use_scale=False,
+        normalize=False,
         kernel_constraint=None,
         bias_constraint=None,
         seed=None,
@@ -173,6 +181,13 @@ class Attention(layers.Layer):
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
         self.use_scale = use_scale
+        if normalize and (score != "additive" or not use_bias):
+            raise ValueError(
+                "normalize is weight normalization of the additive score's "
+                "v, with its bias. Received: "
+                f"score={score!r}, use_bias={use_bias!r}, normalize=True"
+            )
+        self.normalize = bool(normalize)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
         self.seed = seed
@@ -303,6 +318,15 @@ class Attention(layers.Layer):
                     regularizer=self.bias_regularizer,
                     constraint=self.bias_constraint,
                 )
+        self.norm_scale = None
+        if self.normalize:  # tfa's attention_g
+            self.norm_scale = self.add_weight(
+                name="norm_scale",
+                shape=(),
+                initializer=keras.initializers.Constant(
+                    math.sqrt(1.0 / self.units)
+                ),
+            )
         self.scale = self.concat_score_weight = None
         if self.use_scale:  # a learned scalar on the scores, as Keras's
             self.scale = self.add_weight(
@@ -354,10 +378,13 @@ class Attention(layers.Layer):
             return scores.concat_score(
                 query, key, self.concat_score_weight, self.scale
             )
+        v = self.score_kernel
+        if self.norm_scale is not None:
+            v = self.norm_scale * v / ops.sqrt(ops.sum(ops.square(v)))
         return scores.additive_score_of_projections(
             self._query_dense(query),
             self._key_dense(key),
-            self.score_kernel,
+            v,
             self.bias,
             chunk_size=self.chunk_size,
         )
@@ -521,6 +548,7 @@ class Attention(layers.Layer):
             "dropout": self.dropout,
             "chunk_size": self.chunk_size,
             "use_scale": self.use_scale,
+            "normalize": self.normalize,
             "kernel_constraint": keras.constraints.serialize(
                 self.kernel_constraint
             ),

@@ -26,7 +26,12 @@ class AttentionDecoder(layers.Layer):
       `s_t = cell([x_t; a_t], s_{t-1})`.
 
     The output is Luong's attentional state `s̃_t = tanh(W_c [a_t; s_t] +
-    b_c)` when `attentional_units` is set, else `[a_t; s_t]`. With
+    b_c)` when `attentional_units` is set, else `[a_t; s_t]`.
+    tfa's `AttentionWrapper(attention_layer_size=n)` computes a bias-free
+    linear `W [s_t; a_t]` instead: `attentional_activation=None,
+    attentional_use_bias=False` (its kernel is ours with the two row
+    blocks swapped); `attention_layer` takes any Keras layer for that
+    role, as tfa's `attention_layer=`. With
     `input_feeding=True` the previous output is concatenated to the next
     input, `x'_t = [x_t; s̃_{t-1}]` (zeros at `t = 0`).
 
@@ -48,6 +53,19 @@ class AttentionDecoder(layers.Layer):
         attention_order: `"luong"` or `"bahdanau"`. Defaults to `"luong"`.
         attentional_units: width of `s̃_t` (`W_c`); `None` outputs
             `[a_t; s_t]`. Defaults to `None`.
+        attentional_activation: the activation of `s̃_t`. Defaults to
+            `"tanh"`.
+        attentional_use_bias: whether `W_c` has a bias `b_c`. Defaults
+            to `True`.
+        attention_layer: a Keras layer applied to `[a_t; s_t]` instead
+            of `W_c` (not with `attentional_units`). Defaults to `None`.
+        use_scale: Luong's scaled score (a learned scalar on the scores,
+            tfa's `LuongAttention(scale=True)`). Defaults to `False`.
+        normalize: weight-normalized additive score (tfa's
+            `BahdanauAttention(normalize=True)`). Defaults to `False`.
+        attention_use_bias: whether the additive score has its bias `b`
+            (tfa's `BahdanauAttention` has one only with `normalize`).
+            Defaults to `True`.
         input_feeding: concatenate the previous output to the next input.
             Defaults to `False`.
         dropout: dropout on the attention weights. Defaults to `0.0`.
@@ -99,6 +117,12 @@ class AttentionDecoder(layers.Layer):
         dropout=0.0,
         kernel_initializer="glorot_uniform",
         seed=None,
+        attentional_activation="tanh",
+        attentional_use_bias=True,
+        attention_layer=None,
+        use_scale=False,
+        normalize=False,
+        attention_use_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -122,6 +146,16 @@ class AttentionDecoder(layers.Layer):
                 f"Received: attention_order={attention_order!r}"
             )
         positive_int("attentional_units", attentional_units, allow_none=True)
+        if isinstance(attention_layer, dict):
+            attention_layer = layers.deserialize(attention_layer)
+        if attention_layer is not None and (
+            attentional_units or not isinstance(attention_layer, layers.Layer)
+        ):
+            raise ValueError(
+                "Expected attention_layer to be a Keras layer, given without "
+                "attentional_units. Received: attention_layer="
+                f"{attention_layer!r}, attentional_units={attentional_units!r}"
+            )
         self.cell = cell
         self.score = score
         self.units = units
@@ -140,14 +174,25 @@ class AttentionDecoder(layers.Layer):
             dropout=dropout,
             kernel_initializer=kernel_initializer,
             seed=seed,
+            use_scale=use_scale,
+            normalize=normalize,
+            use_bias=attention_use_bias,
             dtype=self.dtype_policy,
             name="attention",
         )
-        self.attentional_layer = None
+        self.attentional_activation = keras.activations.get(
+            attentional_activation
+        )
+        self.attentional_use_bias = attentional_use_bias
+        self.use_scale, self.normalize = use_scale, normalize
+        self.attention_use_bias = attention_use_bias
+        self.attentional_layer = attention_layer
+        self._own_attention_layer = attention_layer is None
         if attentional_units:
             self.attentional_layer = layers.Dense(
                 attentional_units,
-                activation="tanh",
+                activation=self.attentional_activation,
+                use_bias=attentional_use_bias,
                 kernel_initializer=clone_initializer(self.kernel_initializer),
                 dtype=self.dtype_policy,
                 name="attentional",
@@ -162,13 +207,20 @@ class AttentionDecoder(layers.Layer):
     def build(self, inputs_shape, memory_shape):
         cell_units, width = self.cell.output_size, memory_shape[-1]
         self.output_size = self.attentional_units or width + cell_units
+        if self.attentional_layer is not None and not self.attentional_units:
+            shape = self.attentional_layer.compute_output_shape(
+                (None, width + cell_units)
+            )
+            self.output_size = shape[-1]
         cell_in = inputs_shape[-1]
         cell_in += self.output_size if self.input_feeding else 0
         cell_in += width if self.attention_order == "bahdanau" else 0
         if not self.cell.built:  # a deserialized cell comes built
             self.cell.build((None, cell_in))
         self.attention.build((None, 1, cell_units), tuple(memory_shape))
-        if self.attentional_layer is not None:
+        if self.attentional_layer is not None and (
+            not self.attentional_layer.built
+        ):
             self.attentional_layer.build((None, width + cell_units))
         self.built = True
 
@@ -350,6 +402,9 @@ class AttentionDecoder(layers.Layer):
         batch, steps = inputs.shape[0], inputs.shape[1]
         cell_units, width = self.cell.output_size, memory.shape[-1]
         size = self.attentional_units or width + cell_units
+        if self.attentional_layer is not None and not self.attentional_units:
+            shape = (None, width + cell_units)
+            size = self.attentional_layer.compute_output_shape(shape)[-1]
         dtype = self.compute_dtype
         sizes = self.cell.state_size
         sizes = list(sizes) if isinstance(sizes, (list, tuple)) else [sizes]
@@ -376,4 +431,14 @@ class AttentionDecoder(layers.Layer):
                 self.kernel_initializer
             ),
             "seed": self.seed,
+            "attentional_activation": keras.activations.serialize(
+                self.attentional_activation
+            ),
+            "attentional_use_bias": self.attentional_use_bias,
+            "attention_layer": None
+            if self._own_attention_layer
+            else layers.serialize(self.attentional_layer),
+            "use_scale": self.use_scale,
+            "normalize": self.normalize,
+            "attention_use_bias": self.attention_use_bias,
         }
