@@ -33,7 +33,6 @@ LAYER_SUITE = [
     "tests/test_seq2seq_ensemble.py",
     "tests/test_attention_decoder.py",
     "tests/test_tfa_attention_wrapper.py",
-    "tests/test_sequence_loss.py",
     "tests/test_mhp_cache.py",
     "tests/test_positions_heads.py",
     "tests/test_float64.py",
