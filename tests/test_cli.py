@@ -15,6 +15,7 @@ import pytest
 
 import keras_attn_cli
 from keras_attn import export
+from keras_attn.export import saved_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = os.path.join(ROOT, "saved_models")
@@ -360,7 +361,7 @@ def test_export_errors_name_the_flags_and_write_nothing(
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(export, "_write_saved_model", full_disk)
+    monkeypatch.setattr(saved_model, "_write_saved_model", full_disk)
     code, _, err = cli(
         capsys, "export", model, "--saved-model", str(tmp_path / "sm")
     )

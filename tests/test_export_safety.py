@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from keras_attn import export, litert_runtime
+from keras_attn.export import destination, saved_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -123,7 +124,7 @@ def test_combined_export_is_all_or_nothing(model, tmp_path, monkeypatch):
     export.export_text_model(model, saved_model=str(sm), tflite=str(lite))
     before = tree(tmp_path)
     calls = []
-    swap = export._Stage.swap
+    swap = destination._Stage.swap
 
     def failing_swap(stage):
         calls.append(stage.target)
@@ -131,7 +132,7 @@ def test_combined_export_is_all_or_nothing(model, tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         swap(stage)
 
-    monkeypatch.setattr(export._Stage, "swap", failing_swap)
+    monkeypatch.setattr(destination._Stage, "swap", failing_swap)
     with pytest.raises(OSError, match="No space left"):
         export.export_text_model(model, saved_model=str(sm), tflite=str(lite))
     assert tree(tmp_path) == before
@@ -141,7 +142,7 @@ def test_a_failing_write_leaves_nothing(model, tmp_path, monkeypatch):
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(export, "_write_saved_model", full_disk)
+    monkeypatch.setattr(saved_model, "_write_saved_model", full_disk)
     with pytest.raises(OSError):
         export.export_saved_model(model, str(tmp_path / "sm"))
     assert list(tmp_path.iterdir()) == []
@@ -181,7 +182,7 @@ def make_old(folder):
     """Date a temporary export folder's marker two stale periods back."""
     import time
 
-    marker = os.path.join(folder, export._MARKER)
+    marker = os.path.join(folder, destination._MARKER)
     with open(marker) as f:
         content = json.load(f)
     content["time"] = time.time() - 2 * export.STALE_SECONDS
@@ -202,8 +203,8 @@ def test_only_our_old_temporaries_are_removed(model, tmp_path):
     users = tmp_path / f".tmp-export-{dead}-abc"
     users.mkdir()
     (users / "notes.txt").write_text("mine")
-    running = export._temporary_dir(str(tmp_path), target="elsewhere")
-    stale = export._temporary_dir(str(tmp_path), target="gone")
+    running = destination._temporary_dir(str(tmp_path), target="elsewhere")
+    stale = destination._temporary_dir(str(tmp_path), target="gone")
     make_old(stale)
     export.export_text_tflite(model, str(tmp_path / "m.tflite"))
     assert (users / "notes.txt").read_text() == "mine"
@@ -214,7 +215,9 @@ def test_an_earlier_folder_moved_aside_by_a_killed_export_comes_back(
     tmp_path,
 ):
 
-    tmp = export._temporary_dir(str(tmp_path), target=str(tmp_path / "served"))
+    tmp = destination._temporary_dir(
+        str(tmp_path), target=str(tmp_path / "served")
+    )
     os.makedirs(os.path.join(tmp, "old"))
     with open(os.path.join(tmp, "old", "saved_model.pb"), "wb") as f:
         f.write(b"earlier")
@@ -228,7 +231,7 @@ def test_a_folder_created_during_the_export_is_left_alone(model, tmp_path):
     # 0.2.0 checked the destination only at the start and deleted what
     # appeared there meanwhile.
     target = tmp_path / "served"
-    real = export._write_saved_model
+    real = saved_model._write_saved_model
 
     def slow_write(*args, **kwargs):
         real(*args, **kwargs)
@@ -236,7 +239,7 @@ def test_a_folder_created_during_the_export_is_left_alone(model, tmp_path):
         (target / "mine.txt").write_text("keep")
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(export, "_write_saved_model", slow_write)
+        mp.setattr(saved_model, "_write_saved_model", slow_write)
         with pytest.raises(ValueError, match="changed while the export ran"):
             export.export_saved_model(model, str(target))
     assert (target / "mine.txt").read_text() == "keep"

@@ -1,0 +1,103 @@
+"""Export trained models for serving: SavedModel, LiteRT and ONNX.
+
+The package's parts: `destination` (where an export lands: checks,
+staging, atomic replacement), `saved_model`, `unroll` (RNN layers made
+LiteRT-ready), `litert` (conversion and quantization) and `text_models`
+(raw-text models end to end). Everything public is importable from here.
+"""
+
+import os
+
+from keras_attn.export.destination import (
+    KINDS,
+    STALE_SECONDS,
+    atomic_path,
+    check_destination,
+    check_vocabulary_file,
+    clean_stale_temporaries,
+    is_onnx_file,
+    is_saved_model_dir,
+    is_tflite_file,
+    staged,
+    write_vocabulary,
+)
+from keras_attn.export.litert import (
+    QUANTIZATIONS,
+    check_signature_quantize,
+    convert_tflite,
+    export_signatures_tflite,
+    export_tflite,
+    tflite_op_names,
+    with_metadata,
+)
+from keras_attn.export.saved_model import (
+    KNOWN_WORDS,
+    export_module,
+    export_saved_model,
+)
+from keras_attn.export.text_models import (
+    check_text_export,
+    export_text_model,
+    export_text_tflite,
+    split_text_model,
+)
+from keras_attn.export.unroll import (
+    has_rnn,
+    litert_ready,
+    reverse_valid,
+    with_dynamic_length,
+)
+
+__all__ = [
+    "KINDS",
+    "KNOWN_WORDS",
+    "QUANTIZATIONS",
+    "STALE_SECONDS",
+    "atomic_path",
+    "check_destination",
+    "check_signature_quantize",
+    "check_text_export",
+    "check_vocabulary_file",
+    "clean_stale_temporaries",
+    "convert_tflite",
+    "export_module",
+    "export_saved_model",
+    "export_signatures_tflite",
+    "export_text_model",
+    "export_text_tflite",
+    "export_tflite",
+    "has_rnn",
+    "is_onnx_file",
+    "is_saved_model_dir",
+    "is_tflite_file",
+    "litert_ready",
+    "reverse_valid",
+    "split_text_model",
+    "staged",
+    "tflite_op_names",
+    "versions",
+    "with_dynamic_length",
+    "with_metadata",
+    "write_vocabulary",
+]
+
+
+def versions():
+    """What made an artifact, for its `metrics.json`.
+
+    Returns:
+        A dict: the versions of `keras_attn`, Keras and TensorFlow (where
+        installed), the Python version and the machine.
+    """
+    import importlib
+    import platform
+
+    record = {}
+    for name in ("keras_attn", "keras", "tensorflow"):
+        try:
+            record[name] = importlib.import_module(name).__version__
+        except ImportError:
+            continue
+    record["python"] = platform.python_version()
+    record["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores"
+    return record
