@@ -241,6 +241,9 @@ def measure(text_model, data, hp, folder, split):
     for quantize, path in paths.items():
         acc, _ = litert_accuracy(path, texts, data[split][1])
         metrics[f"{split}_accuracy_litert_{quantize}"] = acc
+    metrics["attention_top8_agreement"] = attention_agreement(
+        text_model, paths["int8"], texts
+    )
     here = os.path.dirname(os.path.abspath(__file__))
     shipped = os.path.join(here, "..", "saved_models", "imdb_ssa")
     shipped = os.path.join(shipped, "model_dynamic_int8.tflite")
@@ -248,6 +251,45 @@ def measure(text_model, data, hp, folder, split):
         timed = {"edge_full_int8": paths["int8"], "bilstm_int8": shipped}
         metrics["latency_s_per_review"] = latency(timed, texts[:200])
     return metrics
+
+
+"""
+## Attention from the int8 file
+
+The full-integer file keeps the pooling weights as a second output
+(`attention`, int8 inside, dequantized at the output), so
+`keras-attn explain model_full_int8.tflite "..."` highlights words on the
+device. How close are its highlights to the float model's? For each
+review, the 8 tokens with the most attention summed over hops
+(`explain.top_tokens`) from both.
+"""
+
+
+def attention_agreement(text_model, int8_path, texts, k=8, batch=500):
+    """The share of `texts` whose top-`k` tokens are the same set in the
+    float Keras model and the int8 LiteRT file, and the mean share of the
+    `k` tokens they have in common."""
+    from keras_attn import explain
+
+    lite = LiteRTClassifier(int8_path)
+    same = common = 0
+    for i in range(0, len(texts), batch):
+        chunk = texts[i : i + batch]
+        for a, b in zip(
+            explain.attend(text_model, chunk),
+            explain.attend(lite, chunk),
+            strict=True,
+        ):
+            top_a = {w for w, _ in explain.top_tokens(a, k)}
+            top_b = {w for w, _ in explain.top_tokens(b, k)}
+            same += top_a == top_b
+            common += len(top_a & top_b) / max(len(top_a), 1)
+    return {
+        "k": k,
+        "reviews": len(texts),
+        "same_top_k_set": same / len(texts),
+        "mean_share_in_common": common / len(texts),
+    }
 
 
 def litert_report(metrics, split, command):

@@ -40,8 +40,14 @@ def _walk(model):
 
 
 def attend(model, texts):
-    """Probabilities, per-review tokens and attention `(hops, n_tokens)`."""
+    """Probabilities, per-review tokens and attention `(hops, n_tokens)`.
+
+    `model`: a raw-text Keras model, or a classifier of the edge runtime
+    (`keras_attn_runtime.LiteRTClassifier`, a `.tflite` file: its
+    attention output, int8 in a full-integer file, dequantized)."""
     texts = [texts] if isinstance(texts, str) else list(texts)
+    if hasattr(model, "predict_ids"):
+        return _attend_runtime(model, texts)
     out = model.predict(np.array(texts, dtype=object), verbose=0)
     if not isinstance(out, dict) or "attention" not in out:
         raise ValueError(
@@ -61,6 +67,32 @@ def attend(model, texts):
                 "probability": float(np.ravel(out["probability"][i])[0]),
                 "tokens": tokens,
                 "attention": np.asarray(out["attention"][i])[:, :n],
+            }
+        )
+    return results
+
+
+def _attend_runtime(classifier, texts):
+    from keras_attn_runtime.text import tokens
+
+    out = classifier.predict(texts)
+    if "attention" not in out:
+        raise ValueError(
+            "Expected a model whose outputs include 'attention'. Received "
+            f"outputs: {sorted(out)}"
+        )
+    tokenizer = classifier.tokenizer
+    limit = tokenizer.length or tokenizer.max_tokens
+    results = []
+    for i, text in enumerate(texts):
+        words = tokens(text, limit)
+        words = [w if w in tokenizer.index else "[UNK]" for w in words]
+        results.append(
+            {
+                "text": text,
+                "probability": float(np.ravel(out["probability"][i])[0]),
+                "tokens": words,
+                "attention": np.asarray(out["attention"][i])[:, : len(words)],
             }
         )
     return results

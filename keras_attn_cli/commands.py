@@ -536,8 +536,16 @@ def _explain(args):
             f"Expected a folder for the pictures. Received: --out="
             f"{args.out!r}, which is an existing file"
         )
-    model = load_classifier(resolve_model(args.model, "model", "keras", args))
-    if known_words(model, [text])[0] == 0:
+    path = resolve_model(args.model, "model", "keras", args)
+    if path.endswith(".tflite"):  # the edge file's own attention
+        from keras_attn_runtime import LiteRTClassifier
+
+        model = LiteRTClassifier(path)
+        known = int((np.asarray(model.tokenizer([text])[0]) > 1).sum())
+    else:
+        model = load_classifier(path)
+        known = known_words(model, [text])[0]
+    if known == 0:
         raise ValueError(
             f"No known word in the text: nothing to explain. Received: "
             f"{_snippet(text)!r}"
