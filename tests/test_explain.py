@@ -1,8 +1,13 @@
 """Attention pictures: every token shown, original casing, a legend."""
 
+import os
+
 import numpy as np
+import pytest
 
 from keras_attn import explain
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def result(n_tokens, hops=3, text=None):
@@ -53,3 +58,30 @@ def test_heatmap_shows_every_token_of_a_long_text(tmp_path, monkeypatch):
     path = explain.write_heatmap(r, str(tmp_path / "a.png"))
     assert seen == r["tokens"]  # 130 tokens over three panels, none cut
     assert open(path, "rb").read(4) == b"\x89PNG"
+
+
+EDGE = os.path.join(ROOT, "saved_models", "imdb_edge", "model_full_int8.tflite")
+
+
+@pytest.mark.skipif(not os.path.isfile(EDGE), reason="no shipped edge model")
+def test_the_int8_edge_file_explains_itself(tmp_path):
+    from keras_attn_runtime import LiteRTClassifier
+
+    text = "A wonderful film with brilliant acting, though the ending was weak."
+    clf = LiteRTClassifier(EDGE)
+    (result,) = explain.attend(clf, [text])
+    assert result["tokens"][:3] == ["a", "wonderful", "film"]
+    weights = result["attention"]
+    assert weights.shape == (8, len(result["tokens"]))
+    np.testing.assert_allclose(weights.sum(1), 1.0, atol=0.05)  # int8 steps
+    assert result["probability"] == pytest.approx(
+        float(clf.predict([text])["probability"][0, 0])
+    )
+    top = [w for w, _ in explain.top_tokens(result, 3)]
+    assert "wonderful" in top
+    import keras_attn_cli
+
+    out = tmp_path / "pictures"
+    assert keras_attn_cli.main(["explain", EDGE, text, "--out", str(out)]) == 0
+    html = (out / "attention.html").read_text(encoding="utf-8")
+    assert "wonderful" in html and (out / "attention.png").stat().st_size > 0
