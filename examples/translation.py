@@ -65,6 +65,7 @@ HPARAMS = {
     "max_tokens": 8000,
     "val_fraction": 0.1,
     "beam_width": 4,
+    "litert_search": "beam",  # inside the LiteRT file: "beam" or "greedy"
     "length_penalty": 0.6,
     "coverage_penalty": 0.2,
     "time_limit": 80 * 60,  # seconds of training at most
@@ -390,9 +391,15 @@ def main(
     print(f"{name}: val BLEU {beam['bleu_cased']:.2f} (cased, beam search)")
     if out:
         lite = "dynamic" if hp["int8_weights"] else "none"
-        folder = translator.save(os.path.join(out, name), quantize=lite)
+        folder = translator.save(
+            os.path.join(out, name),
+            quantize=lite,
+            search_method=hp["litert_search"],
+        )
         metrics["litert"] = translator.check_litert(
-            os.path.join(folder, "model.tflite"), [s for s, _ in examples]
+            os.path.join(folder, "model.tflite"),
+            [s for s, _ in examples],
+            greedy=hp["litert_search"] == "greedy",
         )
         with open(os.path.join(folder, "metrics.json"), "w") as f:
             json.dump(metrics, f, indent=2, ensure_ascii=False)

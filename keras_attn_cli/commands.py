@@ -454,7 +454,8 @@ def _check_length(out, texts, flag="text"):
     for text, cut in zip(texts, out["source_truncated"].numpy(), strict=True):
         if cut:
             raise ValueError(
-                f"Expected at most {limit} words per sentence (the "
+                f"Expected at most {limit} words per sentence (source "
+                "tokens: a subword translator counts word pieces; the "
                 "translator reads no more). Received: "
                 f"{flag}={_snippet(text)!r}; "
                 "split it into shorter sentences"

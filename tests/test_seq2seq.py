@@ -244,3 +244,32 @@ def test_saved_model_holds_the_weights_not_the_optimizer(tmp_path):
     ]
     assert len(keys) == len(model.variables), keys
     assert not [k for k in keys if "optimizer" in k], keys
+
+
+def test_beam_search_runs_inside_the_litert_file(tmp_path):
+    model, encode, step_fn = tiny_model()
+    translator = Translator(
+        vectorizer(),
+        TARGET,
+        encode,
+        step_fn,
+        max_length=5,
+        trackable=model,
+        standardize=split_sentence,
+        beam_width=3,
+        coverage_penalty=0.2,
+    )
+    path = str(tmp_path / "beam.tflite")
+    translator.export_tflite(path, search_method="beam")
+    from keras_attn.export import tflite_op_names
+
+    ops_used = tflite_op_names(path)
+    assert "WHILE" in ops_used and "TOPK_V2" in ops_used
+    assert not [o for o in ops_used if "FLEX" in o or "CUSTOM" in o]
+    texts = ["a b c", "d .", "c c a b", "a", "b b b", ""]
+    report = translator.check_litert(path, texts, greedy=False)
+    assert report["greedy_agreement_with_keras"] == 1.0
+    with pytest.raises(ValueError, match="search_method='sample'"):
+        translator.export_tflite(
+            str(tmp_path / "x.tflite"), search_method="sample"
+        )

@@ -218,9 +218,10 @@ class Translator(tf.Module):
             out += [t.decode() for t in run(batch)["translation"].numpy()]
         return out
 
-    def check_litert(self, path, sentences):
+    def check_litert(self, path, sentences, greedy=True):
         """Compare a LiteRT file written by `export_tflite` (or `save`)
-        with this translator's greedy search, sentence by sentence,
+        with this translator's greedy (or, with `greedy=False`, beam)
+        search, sentence by sentence,
         through the numpy-only runtime. Returns a dict: `size_bytes`,
         `ops` (the op types), `greedy_agreement_with_keras` (the fraction
         of identical translations), `latency_ms_per_sentence` (one
@@ -233,7 +234,7 @@ class Translator(tf.Module):
         sentences = list(sentences)
         if not sentences:
             raise ValueError("`sentences` must hold at least one sentence.")
-        expected = self.translate_texts(sentences, greedy=True)
+        expected = self.translate_texts(sentences, greedy=greedy)
         lite, start = LiteRTTranslator(path), time.perf_counter()
         got = [lite.translate(s) for s in sentences]
         seconds = (time.perf_counter() - start) / len(sentences)
@@ -258,7 +259,9 @@ class Translator(tf.Module):
         }
         return export_module(self, path, signatures, overwrite)
 
-    def save(self, folder, overwrite=False, quantize="none"):
+    def save(
+        self, folder, overwrite=False, quantize="none", search_method="greedy"
+    ):
         """Write the folder `keras-attn translate` and `align` read (the
         translator contract, docs/export.md): `saved_model/` (`export`),
         `model.tflite` (`export_tflite`, with `quantize`),
@@ -296,7 +299,7 @@ class Translator(tf.Module):
         for path, tokens in vocabularies.items():
             write_vocabulary(tokens, path, overwrite)
         self.export(saved, overwrite)
-        self.export_tflite(lite, overwrite, quantize)
+        self.export_tflite(lite, overwrite, quantize, search_method)
         return folder
 
     def _subword_config(self):
@@ -307,10 +310,14 @@ class Translator(tf.Module):
         # Version 2: a runtime reading version 1 would ignore `subwords`.
         return {"subwords": {k: config[k] for k in keys}, "version": 2}
 
-    def export_tflite(self, path, overwrite=False, quantize="none"):
+    def export_tflite(
+        self, path, overwrite=False, quantize="none", search_method="greedy"
+    ):
         """LiteRT model whose `translate(source (1, S) int32)` signature
-        runs the whole greedy search (a builtin `WHILE`) and returns
-        `ids (1, L)` and `alignment (1, L, S)`; builtin ops only.
+        runs the whole search (a builtin `WHILE`) and returns `ids (1, L)`
+        and `alignment (1, L, S)`; builtin ops only. `search_method`:
+        `"greedy"` or `"beam"` (this translator's beam search, with its
+        width and GNMT penalties).
         `quantize`: `"none"`, `"float16"` or `"dynamic"` (int8 weights),
         as in `keras_attn.export.export_signatures_tflite`.
 
@@ -320,20 +327,40 @@ class Translator(tf.Module):
         """
         from keras_attn.export import export_signatures_tflite
 
+        if search_method not in ("greedy", "beam"):
+            raise ValueError(
+                "Expected search_method to be 'greedy' or 'beam'. "
+                f"Received: search_method={search_method!r}"
+            )
+
         @tf.function(
             input_signature=[
                 tf.TensorSpec([1, self.source_length], tf.int32, "source")
             ]
         )
         def translate(source):
-            out = search.greedy_search(
-                self._step_fn,
-                self._encode(source),
-                self.start_id,
-                self.end_id,
-                self.max_length,
-                banned_ids=self.banned,
-            )
+            if search_method == "beam":
+                out = search.beam_search(
+                    self._step_fn,
+                    self._encode(source),
+                    self.start_id,
+                    self.end_id,
+                    self.max_length,
+                    self.beam_width,
+                    self.length_penalty,
+                    self.coverage_penalty,
+                    source_mask=source != 0,
+                    banned_ids=self.banned,
+                )
+            else:
+                out = search.greedy_search(
+                    self._step_fn,
+                    self._encode(source),
+                    self.start_id,
+                    self.end_id,
+                    self.max_length,
+                    banned_ids=self.banned,
+                )
             return {"ids": out["ids"], "alignment": out["alignment"]}
 
         named = [n for n, r in DETOKENIZERS.items() if r == self.detokenize]
@@ -354,6 +381,7 @@ class Translator(tf.Module):
             unknown_id=self.unknown_id,
             copy_unknown=self.standardize is not None,
             detokenizer=named[0],
+            search=search_method,
             **self._subword_config(),
         )
         metadata = {
