@@ -87,10 +87,10 @@ replacement, Luong et al. 2015).
 """
 
 
-def make_vectorizers(train, hp):
+def make_vectorizers(train, hp, saved=None, fresh=False):
     """English (raw text in) and French (split text in) vectorizers."""
     if hp["subwords"]:
-        return make_subword_vectorizers(train, hp)
+        return make_subword_vectorizers(train, hp, saved, fresh)
 
     def words(texts, reserved=()):
         n = hp["max_tokens"]
@@ -121,16 +121,32 @@ applies them in the TensorFlow graph, the edge runtime with NumPy.
 """
 
 
-def make_subword_vectorizers(train, hp):
-    def vectorizer(side, length, reserved=(), standardize=None):
-        texts = [p[side] for p in train]
-        vocab = wordpiece_vocabulary(
-            texts, hp["max_tokens"], split_sentence, reserved
-        )
-        return WordPieceVectorizer(vocab, standardize, length)
-
-    en = vectorizer(0, hp["source_length"], standardize=split_sentence)
-    fr = vectorizer(1, hp["target_length"] + 1, (START, END))
+def make_subword_vectorizers(train, hp, saved=None, fresh=False):
+    """`tokenizers` may break ties differently from one run to the next,
+    so the vocabularies are kept beside the weights (`saved`, a JSON file,
+    learned anew when `fresh`) and read back with them."""
+    vocabs = {}
+    if saved and not fresh and os.path.isfile(saved):
+        with open(saved, encoding="utf-8") as f:
+            vocabs = json.load(f)
+    for side, name, reserved in (
+        (0, "source", ()),
+        (1, "target", (START, END)),
+    ):
+        if name not in vocabs:
+            vocabs[name] = wordpiece_vocabulary(
+                [p[side] for p in train],
+                hp["max_tokens"],
+                split_sentence,
+                reserved,
+            )
+    if saved:
+        with open(saved, "w", encoding="utf-8") as f:
+            json.dump(vocabs, f, ensure_ascii=False)
+    en = WordPieceVectorizer(
+        vocabs["source"], split_sentence, hp["source_length"]
+    )
+    fr = WordPieceVectorizer(vocabs["target"], None, hp["target_length"] + 1)
     return en, fr
 
 
@@ -335,7 +351,10 @@ def main(
     train_pairs, val_pairs = seq2seq.split_by_source(
         seq2seq.read_pairs(pairs, limit), hp["val_fraction"], hp["seed"]
     )
-    vec_en, vec_fr = make_vectorizers(train_pairs, hp)
+    # Subword vocabularies travel with the weights (read back with them).
+    saved = weights + ".vocabularies.json" if weights else None
+    fresh = saved and not os.path.isfile(weights)
+    vec_en, vec_fr = make_vectorizers(train_pairs, hp, saved, fresh)
     trainer, encode, step_fn = (build or build_models)(
         vec_en.vocabulary_size(), vec_fr.vocabulary_size(), hp
     )

@@ -127,7 +127,7 @@ def test_shipped_translator_writes_cased_french_and_copies_numbers():
         "It's 10:30.",
         "",
         "   ",
-        " ".join(["very"] * 40) + " long.",
+        " ".join(["very"] * 80) + " long.",
     ]
     out = fn(tf.constant(cases))
     got = [t.decode() for t in out["translation"].numpy()]
@@ -204,10 +204,10 @@ def test_translate_command_prints_translation_and_alignment():
     reason="no translator shipped",
 )
 def test_translate_command_refuses_too_long_input_clearly():
-    long = " ".join(["very"] * 30) + " long."
+    long = " ".join(["very"] * 80) + " long."
     proc = _cli("translate", "Thank you.", long)
     assert proc.returncode == 2, proc.stdout
-    assert "keras-attn: error: Expected at most 16 words" in proc.stderr
+    assert "keras-attn: error: Expected at most 64 words" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -262,3 +262,84 @@ def test_shipped_edge_model_is_full_integer_and_runs_without_tensorflow():
     metrics = json.load(open(os.path.join(EDGE, "metrics.json")))
     float_accuracy = metrics["test_accuracy_litert_none"]
     assert abs(entry["test_accuracy"] - float_accuracy) <= 0.005
+
+
+PAIRS = os.path.join(ROOT, "..", "shared", "data", "translation", "pairs.tsv")
+EVERYDAY = os.path.join(ROOT, "tests", "data", "everyday_sentences.txt")
+
+
+def english_left(sources, translations):
+    """Per sentence, the source words (3+ letters) found in its translation
+    that no French sentence of the training data uses (a word spelled the
+    same in French, such as "six" or "orange", does not count)."""
+    from keras_attn_runtime.text import split_sentence
+
+    french = set()
+    with open(PAIRS, encoding="utf-8") as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) >= 2:
+                french.update(split_sentence(parts[1]).lower().split())
+    found = []
+    for source, translation in zip(sources, translations, strict=True):
+        out = set(split_sentence(translation).lower().split())
+        words = split_sentence(source).lower().split()
+        found.append(
+            [
+                w
+                for w in words
+                if len(w) >= 3 and w.isalpha() and w in out and w not in french
+            ]
+        )
+    return found
+
+
+@pytest.mark.skipif(
+    not os.path.isdir(os.path.join(TRANSLATOR, "saved_model"))
+    or not os.path.isfile(PAIRS),
+    reason="no translator shipped, or no training pairs beside the checkout",
+)
+def test_shipped_translator_leaves_no_english_in_everyday_sentences():
+    import tensorflow as tf
+
+    with open(EVERYDAY, encoding="utf-8") as f:
+        sentences = [line.strip() for line in f if line.strip()]
+    assert len(sentences) >= 200 and len(set(sentences)) == len(sentences)
+    fn = tf.saved_model.load(
+        os.path.join(TRANSLATOR, "saved_model")
+    ).signatures["translate"]
+    out = fn(tf.constant(sentences))["translation"].numpy()
+    got = [t.decode() for t in out]
+    left = {
+        s: (t, words)
+        for s, t, words in zip(
+            sentences, got, english_left(sentences, got), strict=True
+        )
+        if words
+    }
+    assert not left, left
+
+
+@pytest.mark.skipif(
+    not os.path.isdir(os.path.join(TRANSLATOR, "saved_model")),
+    reason="no translator shipped",
+)
+def test_shipped_translator_reads_forty_words_whole():
+    import tensorflow as tf
+
+    sentence = (
+        "The cat sleeps on the sofa , my mother washes the dishes after "
+        "lunch , the children are playing in the garden and my grandmother "
+        "knits warm sweaters for the whole family every winter because it "
+        "is very cold here ."
+    )
+    assert len(sentence.split()) >= 40
+    fn = tf.saved_model.load(
+        os.path.join(TRANSLATOR, "saved_model")
+    ).signatures["translate"]
+    out = fn(tf.constant([sentence]))
+    assert out["source_truncated"].numpy().tolist() == [False]
+    tokens = [t for t in out["source_tokens"].numpy()[0] if t]
+    assert tokens[-1] == b"."  # the last word was read
+    # The search ended by itself (an end token), not at the length limit.
+    assert out["target_tokens"].numpy()[0][-1] == b""
