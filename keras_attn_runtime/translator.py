@@ -41,11 +41,13 @@ class LiteRTTranslator:
 
     Args:
         model_path: the `.tflite` file.
+        num_threads: LiteRT's CPU threads. Defaults to `None` (LiteRT's
+            choice).
     """
 
-    def __init__(self, model_path):
+    def __init__(self, model_path, num_threads=None):
         data, model = load_verified(model_path)
-        self.interpreter = _interpreter(data, model_path)
+        self.interpreter = _interpreter(data, model_path, num_threads)
         self._lock = threading.Lock()
         signatures = self.interpreter.get_signature_list()
         entries = metadata(model)
