@@ -8,7 +8,11 @@ files, the network or Python: tables and variables live in memory; the
 checkpoint ops (`trust.CHECKPOINT_OPS`) are admitted only in the saver's
 own functions. An op joins this list only after a review of what it does;
 `tests/test_trust.py` checks that the list still covers every shipped and
-every export-matrix SavedModel.
+every export-matrix SavedModel. The WordPiece vectorizer of a subword
+translator added `Assert`, `If`/`StatelessIf` (ragged-shape checks; the
+branches are library functions, checked like any other), `LessEqual`,
+`StringLength`, `Substr`, `UnicodeTranscode`, `UnsortedSegmentSum` and
+`Where`: tensor and string ops, none of them touching files.
 """
 
 ALLOWED_OPS = frozenset(
@@ -19,6 +23,7 @@ ALLOWED_OPS = frozenset(
         "All",
         "Any",
         "ArgMax",
+        "Assert",
         "AssignVariableOp",
         "BatchMatMulV2",
         "BiasAdd",
@@ -45,8 +50,10 @@ ALLOWED_OPS = frozenset(
         "HashTableV2",
         "Identity",
         "IdentityN",
+        "If",
         "IsFinite",
         "Less",
+        "LessEqual",
         "Log",
         "LogSoftmax",
         "LogicalAnd",
@@ -96,15 +103,18 @@ ALLOWED_OPS = frozenset(
         "SquaredDifference",
         "Squeeze",
         "StatefulPartitionedCall",
+        "StatelessIf",
         "StaticRegexFullMatch",
         "StaticRegexReplace",
         "StopGradient",
         "StridedSlice",
         "StringJoin",
+        "StringLength",
         "StringLower",
         "StringSplitV2",
         "StringStrip",
         "Sub",
+        "Substr",
         "Sum",
         "Tanh",
         "TensorListFromTensor",
@@ -115,8 +125,11 @@ ALLOWED_OPS = frozenset(
         "Tile",
         "TopKV2",
         "Transpose",
+        "UnicodeTranscode",
+        "UnsortedSegmentSum",
         "VarHandleOp",
         "VarIsInitializedOp",
+        "Where",
         "While",
         "ZerosLike",
     }
