@@ -8,9 +8,31 @@ them as one `keras-attn: error: ...` line with exit status 2.
 
 import itertools
 import os
-import sys
 
 import numpy as np
+
+from keras_attn_cli.inputs import (  # noqa: F401  (names tests reach here)
+    CHUNK,
+    MAX_LINE_BYTES,
+    _snippet,
+    iter_text_lines,
+    iter_texts,
+    read_text_file,
+    read_texts,
+)
+from keras_attn_cli.models import (  # noqa: F401
+    GET_MODELS,
+    _op_error_line,
+    _run_model,
+    find_shipped_model,
+    find_translator,
+    known_words,
+    load_classifier,
+    load_translator,
+    models_dir,
+    resolve_model,
+    saved_classifier,
+)
 
 SAMPLE_REVIEWS = [
     "One of the best films I have seen in years. The acting is superb and "
@@ -45,212 +67,6 @@ def run(args):
     return COMMANDS[command](args)
 
 
-GET_MODELS = (
-    "No trained models found: install them with `pip install "
-    "keras-attn-models` (from a source tree: `pip install ./models`), or "
-    "pass --models DIR; `keras-attn demo` runs the generated-task demo."
-)
-
-
-def models_dir(args=None):
-    """`--models`, `$KERAS_ATTN_MODELS`, the checkout's `saved_models/`,
-    or the installed `keras_attn_models` distribution: the first that is
-    given or present (`None` when none is). Never the working directory's
-    own folder: a downloaded folder must not choose the models that run."""
-    flag = getattr(args, "models", None)
-    given = flag or os.environ.get("KERAS_ATTN_MODELS")
-    if given:
-        if not os.path.isdir(given):
-            source = "--models" if flag else "$KERAS_ATTN_MODELS"
-            raise ValueError(
-                f"No such models folder. Received: {source}={given!r}"
-            )
-        return given
-    here = os.path.dirname(os.path.abspath(__file__))
-    checkout = os.path.normpath(os.path.join(here, "..", "saved_models"))
-    if os.path.isdir(checkout):
-        return checkout
-    import importlib.util
-
-    if importlib.util.find_spec("keras_attn_models") is not None:
-        import keras_attn_models
-
-        return keras_attn_models.folder()
-    return None
-
-
-def _model_folders(args=None):
-    root = models_dir(args)
-    if root is None or not os.path.isdir(root):
-        return []
-    return [os.path.join(root, name) for name in sorted(os.listdir(root))]
-
-
-def find_shipped_model(args=None):
-    """The first folder under the models folder holding a `model.keras`
-    (the text-classifier contract: see docs/export.md)."""
-    for folder in _model_folders(args):
-        path = os.path.join(folder, "model.keras")
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-def find_translator(args=None):
-    """The first folder holding a `saved_model/` and the target vocabulary
-    beside it (the translator contract: see docs/export.md)."""
-    for folder in _model_folders(args):
-        path = os.path.join(folder, "saved_model")
-        if os.path.isfile(
-            os.path.join(path, "saved_model.pb")
-        ) and os.path.isfile(os.path.join(folder, "target_vocabulary.txt")):
-            return path
-    return None
-
-
-def resolve_model(value, flag, want, args=None):
-    """One way to name a model for every command: an artifact file, a
-    folder holding one, a SavedModel folder, or a shipped model's name
-    (a folder under the models folder). `want`: `"keras"` (a `.keras`
-    file), `"translator"` (a translator SavedModel folder) or `"any"`
-    (what `predict` runs: `.keras`, SavedModel folder, `.tflite`,
-    `.onnx`). A `ValueError` naming `flag` when nothing fits."""
-    path = value
-    if not os.path.exists(path) and os.sep not in value:
-        root = models_dir(args)
-        if root is not None and os.path.isdir(os.path.join(root, value)):
-            path = os.path.join(root, value)
-    if os.path.isfile(path):
-        return path
-    if os.path.isdir(path):
-        saved = os.path.isfile(os.path.join(path, "saved_model.pb"))
-        if want == "keras" and saved:  # the folder beside the SavedModel
-            path = os.path.dirname(os.path.abspath(path))
-        candidates = {
-            "keras": ["model.keras"],
-            "translator": [".", "saved_model"],
-            "any": ["model.keras", ".", "saved_model"],
-        }[want]
-        for name in candidates:
-            found = os.path.normpath(os.path.join(path, name))
-            if name.endswith(".keras") and os.path.isfile(found):
-                return found
-            if os.path.isfile(os.path.join(found, "saved_model.pb")):
-                return found
-        if want == "any":
-            files = sorted(
-                f for f in os.listdir(path) if f.endswith((".tflite", ".onnx"))
-            )
-            if len(files) == 1:
-                return os.path.join(path, files[0])
-    kinds = {
-        "keras": "a .keras file or a folder holding model.keras",
-        "translator": "a translator SavedModel folder or its parent",
-        "any": "a .keras, .tflite or .onnx file, a SavedModel folder, or a "
-        "folder holding one",
-    }[want]
-    raise ValueError(
-        f"Expected {kinds} (or a shipped model's name). Received: "
-        f"{flag}={value!r}"
-    )
-
-
-# A text line is cut at this many bytes before anything splits it: every
-# model reads at most a few thousand tokens.
-MAX_LINE_BYTES = 1 << 16
-# Texts scored per batch when reading a file or standard input.
-CHUNK = 256
-
-
-def iter_text_lines(path, flag, limit=MAX_LINE_BYTES):
-    """The non-blank lines of a UTF-8 file (`-`: standard input), one at a
-    time, each cut at `limit` bytes (the rest of a longer line is read
-    and dropped): memory stays bounded however long the input. Errors
-    name `flag`, the option that gave the path."""
-    if path != "-" and not os.path.isfile(path):
-        raise ValueError(f"No such file. Received: {flag}={path!r}")
-    f = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
-    offset = 0
-    try:
-        while True:
-            line = f.readline(limit)
-            if not line:
-                return
-            start = offset
-            offset += len(line)
-            if len(line) == limit and not line.endswith(b"\n"):
-                while True:  # drop the rest of an over-long line
-                    rest = f.readline(limit)
-                    offset += len(rest)
-                    if not rest or rest.endswith(b"\n"):
-                        break
-                line = _whole_characters(line)
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"Expected UTF-8 text ({err.reason} at byte "
-                    f"{start + err.start}). Received: {flag}={path!r}"
-                ) from None
-            for part in text.splitlines():  # \r and other line breaks
-                if part.strip():
-                    yield part
-    finally:
-        if f is not sys.stdin.buffer:
-            f.close()
-
-
-def _whole_characters(data):
-    """`data` without a UTF-8 character cut at its end (at most 3 bytes
-    go; a line that is not UTF-8 anyway stays, for the decoder's error)."""
-    for cut in range(4):
-        head = data[: len(data) - cut]
-        try:
-            head.decode("utf-8")
-            return head
-        except UnicodeDecodeError:
-            continue
-    return data
-
-
-def read_text_file(path, flag):
-    """Non-blank lines of a UTF-8 file (`-`: standard input), each cut at
-    `MAX_LINE_BYTES`; errors name `flag`."""
-    return list(iter_text_lines(path, flag))
-
-
-def iter_texts(args, flag="text"):
-    """Positional texts, then `--file` lines, one at a time."""
-    given = False
-    for text in getattr(args, "text", None) or []:
-        given = True
-        yield text[:MAX_LINE_BYTES]
-    if getattr(args, "file", None) is not None:
-        for text in iter_text_lines(args.file, "--file"):
-            given = True
-            yield text
-    if not given:
-        raise ValueError(
-            f"Nothing to read: give {flag} arguments or --file. "
-            "Received: no text"
-        )
-
-
-def read_texts(args, default=None, flag="text"):
-    """Positional texts plus `--file` lines (`-`: standard input)."""
-    try:
-        return list(iter_texts(args, flag))
-    except ValueError as err:
-        if default is not None and str(err).startswith("Nothing to read"):
-            return list(default)
-        raise
-
-
-def _snippet(text, width=80):
-    text = " ".join(text[: 4 * width].split())  # never splits a long text
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 def _verdict(p, known):
     if known == 0:
         return f"-\t{NO_WORD}"
@@ -259,150 +75,6 @@ def _verdict(p, known):
 
 
 # ---------------------------------------------------------------- models
-
-
-def load_classifier(path):
-    """A `.keras` raw-text classifier: one string input, a dict output
-    with `probability` (the documented contract)."""
-    from keras_attn import explain
-
-    model = explain.load_text_model(path)
-    check_classifier(model, path)
-    return model
-
-
-def check_classifier(model, path):
-    inputs = getattr(model, "inputs", None) or []
-    if len(inputs) != 1 or inputs[0].dtype != "string":
-        raise ValueError(
-            "Expected a text model: one string input. Received: "
-            f"{path!r} with inputs "
-            f"{[(tuple(t.shape), str(t.dtype)) for t in inputs]}"
-        )
-    outputs = model.output
-    if not isinstance(outputs, dict) or "probability" not in outputs:
-        names = sorted(outputs) if isinstance(outputs, dict) else "a tensor"
-        raise ValueError(
-            "Expected a model whose outputs are a dict with 'probability'. "
-            f"Received: {path!r} with outputs {names}"
-        )
-
-
-def _run_model(fn, *args):
-    """Call TensorFlow; its runtime errors become one clean line."""
-    import tensorflow as tf
-
-    try:
-        return fn(*args)
-    except tf.errors.OpError as err:
-        raise ValueError(
-            f"The model failed to run ({type(err).__name__}): "
-            f"{_op_error_line(err.message or str(err))}"
-        ) from None
-
-
-def _op_error_line(message, width=300):
-    """The line of a TensorFlow error that says what went wrong (not its
-    'Graph execution error:' heading nor the stack of the node)."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    telling = [
-        line
-        for line in lines
-        if not line.startswith(("Graph execution error", "Detected at node"))
-        and not line.startswith(("File ", "in ", "line "))
-    ]
-    for line in telling:
-        if any(w in line for w in ("OOM", "out of memory", "xhausted")):
-            return line[:width]
-    return (telling or lines or ["(no message)"])[-1][:width]
-
-
-def known_words(model, texts):
-    """Per text, how many tokens the model's vocabulary knows."""
-    from keras_attn.explain import find_vectorizer
-
-    vec = find_vectorizer(model)
-    ids = np.asarray(_run_model(vec, np.array(texts, dtype=object)))
-    return (ids > 1).sum(axis=-1)
-
-
-def load_saved_model(path, allow_unsafe=False):
-    """Load a SavedModel after checking its files and its ops."""
-    import tensorflow as tf
-
-    from keras_attn import trust
-
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
-        raise ValueError(f"No saved_model.pb in {path!r}.")
-    if not allow_unsafe:
-        trust.check_saved_model(path)
-    if not os.path.isfile(os.path.join(path, "variables", "variables.index")):
-        raise ValueError(
-            f"Not a complete SavedModel: {path!r} has no "
-            "variables/variables.index"
-        )
-    try:
-        return tf.saved_model.load(path)
-    except Exception as err:
-        first = (str(err).strip() or type(err).__name__).splitlines()[0]
-        raise ValueError(
-            f"Could not load the SavedModel {path!r}: {first}"
-        ) from None
-
-
-def _signature(loaded, path, key, needs):
-    signatures = dict(getattr(loaded, "signatures", {}) or {})
-    if key not in signatures:
-        raise ValueError(
-            f"Expected {needs} (a {key!r} signature). Received: {path!r} "
-            f"with signatures {sorted(signatures)}"
-        )
-    return signatures[key]
-
-
-def saved_classifier(path, allow_unsafe=False):
-    """The `serving_default` function of a text-classifier SavedModel."""
-    import tensorflow as tf
-
-    loaded = load_saved_model(path, allow_unsafe)
-    needs = "a text classifier SavedModel (`keras-attn translate` runs a "
-    needs += "translator)"
-    fn = _signature(loaded, path, "serving_default", needs)
-    specs = list(fn.structured_input_signature[1].values())
-    if len(specs) != 1 or specs[0].dtype != tf.string:
-        raise ValueError(
-            "Expected a SavedModel whose serving_default takes one batch "
-            f"of strings. Received: {path!r} with inputs {specs}"
-        )
-    if "probability" not in fn.structured_outputs:
-        hint = ""
-        if "translate" in loaded.signatures:
-            hint = " (a translator: run it with `keras-attn translate`)"
-        raise ValueError(
-            "Expected a SavedModel whose serving_default returns "
-            f"'probability'. Received: {path!r} with outputs "
-            f"{sorted(fn.structured_outputs)}{hint}"
-        )
-    return fn
-
-
-def load_translator(path, allow_unsafe=False):
-    if os.path.isdir(os.path.join(path, "saved_model")):
-        path = os.path.join(path, "saved_model")
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
-        raise ValueError(
-            f"No SavedModel translator in {path!r} (no saved_model.pb)."
-        )
-    loaded = load_saved_model(path, allow_unsafe)
-    return _signature(
-        loaded,
-        path,
-        "translate",
-        "a translator SavedModel (`keras-attn predict` runs a classifier)",
-    )
-
-
-# -------------------------------------------------------------- commands
 
 
 def _classify(args):
