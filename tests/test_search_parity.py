@@ -241,3 +241,51 @@ def test_bad_arguments_are_named(kwargs, needle):
             3,
             top_p=args["top_p"],
         )
+
+
+def test_the_new_options_compile():
+    """tfa's conventions, all beams, several end tokens, per-example start
+    tokens and top-p under `jax.jit` / `tf.function` equal eager runs."""
+    import keras
+
+    rng = np.random.default_rng(9)
+    logits = rng.normal(size=(6, 6)).astype("float32")
+    attention = rng.dirichlet(np.ones(3), size=6).astype("float32")
+    step = chain(logits, attention)
+    state = np.zeros((2, 1), "float32")
+    starts = np.array([1, 3], "int32")
+
+    def run(s):
+        b = search.beam_search(
+            step,
+            s,
+            starts,
+            [2, 5],
+            5,
+            3,
+            coverage_penalty=0.3,
+            banned_ids=(1,),
+            count_end_token=False,
+            coverage_on_finished_only=True,
+            return_all_beams=True,
+        )
+        p = search.sample_search(step, s, 1, 2, 5, seed=3, top_p=0.8)
+        return b["ids"], b["beam_ids"], b["parent_ids"], p["ids"]
+
+    eager = [ops.convert_to_numpy(x) for x in run(state)]
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        compiled = jax.jit(run)(state)
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        fn = tf.function(
+            run, input_signature=[tf.TensorSpec([None, 1], tf.float32)]
+        )
+        compiled = fn(state)
+    else:
+        pytest.skip("PyTorch runs the loop eagerly")
+    for e, c in zip(eager, compiled, strict=True):
+        np.testing.assert_array_equal(e, ops.convert_to_numpy(c))
