@@ -61,7 +61,7 @@ def train_rows(lengths, reps, rounds):
         times = {p: [] for p in steps}
         for _ in range(rounds):
             for p, step in steps.items():
-                times[p].append(timed(lambda s=step: s(x), reps))
+                times[p].append(timed(lambda s=step, x=x: s(x), reps))
         base = statistics.median(times[None])
         for p in ("rotary", "alibi"):
             ms = statistics.median(times[p])
