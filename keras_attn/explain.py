@@ -8,6 +8,7 @@ Works with any saved model that takes raw strings, holds a
 import contextlib
 import html
 import os
+import re
 import tempfile
 
 import numpy as np
@@ -40,7 +41,13 @@ def _walk(model):
 
 
 def attend(model, texts):
-    """Probabilities, per-review tokens and attention `(hops, n_tokens)`.
+    """Probabilities and, per text, its tokens and attention.
+
+    Each result holds `text`, `probability`, `tokens` (as the model's
+    vocabulary names them: `[UNK]` for an unknown word), `words` (the
+    text's own token strings, or `None` where the model's standardization
+    is not the reviews' one), `known` (per token, whether the vocabulary
+    holds it) and `attention` `(hops, n_tokens)`.
 
     `model`: a raw-text Keras model, or a classifier of the edge runtime
     (`keras_attn_runtime.LiteRTClassifier`, a `.tflite` file: its
@@ -56,20 +63,34 @@ def attend(model, texts):
         )
     vectorizer = find_vectorizer(model)
     vocab = vectorizer.get_vocabulary()
+    index = {w: i for i, w in enumerate(vocab)}
     ids = np.asarray(vectorizer(np.array(texts, dtype=object)))
     results = []
     for i in range(len(texts)):
         n = int(np.count_nonzero(ids[i]))
-        tokens = [vocab[t] for t in ids[i][:n]]
+        words = _own_words(texts[i], n, index, ids[i][:n])
         results.append(
             {
                 "text": texts[i],
                 "probability": float(np.ravel(out["probability"][i])[0]),
-                "tokens": tokens,
+                "tokens": [vocab[t] for t in ids[i][:n]],
+                "words": words,
+                "known": np.asarray(ids[i][:n]) > 1,
                 "attention": np.asarray(out["attention"][i])[:, :n],
             }
         )
     return results
+
+
+def _own_words(text, n, index, ids):
+    """The text's first `n` tokens as the reviews' standardization cuts
+    them, if they are what the model read (same ids), else `None`."""
+    from keras_attn_runtime.text import tokens
+
+    words = list(tokens(text, n))
+    if [index.get(w, 1) for w in words] != [int(t) for t in ids]:
+        return None
+    return words
 
 
 def _attend_runtime(classifier, texts):
@@ -85,13 +106,18 @@ def _attend_runtime(classifier, texts):
     limit = tokenizer.length or tokenizer.max_tokens
     results = []
     for i, text in enumerate(texts):
-        words = tokens(text, limit)
-        words = [w if w in tokenizer.index else "[UNK]" for w in words]
+        words = list(tokens(text, limit))
+        known = np.array([w in tokenizer.index for w in words], dtype=bool)
         results.append(
             {
                 "text": text,
                 "probability": float(np.ravel(out["probability"][i])[0]),
-                "tokens": words,
+                "tokens": [
+                    w if k else "[UNK]"
+                    for w, k in zip(words, known, strict=True)
+                ],
+                "words": words,
+                "known": known,
                 "attention": np.asarray(out["attention"][i])[:, : len(words)],
             }
         )
@@ -112,16 +138,23 @@ def top_tokens(result, k=8):
     return picked
 
 
+_TAG = re.compile(r"<[^>]*>")
+_BREAK = re.compile(r"<\s*br\s*/?\s*>", re.I)
+_MARKUP = re.compile(r"</?[A-Za-z!][^>]*>")
+
+
 def token_spans(text, tokens):
     """`(start, end)` of each token in the original `text`, or `None`.
 
-    Standardization only lowercases ASCII letters and turns characters into
-    spaces, so each token is a run of the ASCII-lowercased text; tokens are
-    found left to right.
+    Standardization only lowercases ASCII letters and turns characters
+    (and `<...>` tags) into spaces, so each token is a run of the
+    ASCII-lowercased text outside tags; tokens are found left to right.
+    `[UNK]` (a vocabulary's name, not a run of the text) has no span.
     """
-    lower, cursor, spans = text.translate(ASCII_LOWER), 0, []
+    lower = _TAG.sub(lambda m: " " * len(m.group()), text)
+    lower, cursor, spans = lower.translate(ASCII_LOWER), 0, []
     for token in tokens:
-        at = lower.find(token, cursor) if token != "[UNK]" else -1
+        at = lower.find(token, cursor) if token and token != "[UNK]" else -1
         if at < 0:
             spans.append(None)
             continue
@@ -130,26 +163,77 @@ def token_spans(text, tokens):
     return spans
 
 
-def _highlight(text, tokens, weights, rgb):
-    """The original text (its casing and punctuation) with each attended
-    token's background set by its weight relative to the largest."""
-    top = max(float(np.max(weights)), 1e-9) if len(weights) else 1.0
-    parts, cursor = [], 0
-    for span, token, w in zip(
-        token_spans(text, tokens), tokens, weights, strict=True
-    ):
-        alpha = float(w) / top
-        ink = "#fff" if alpha > 0.55 else "#111"
-        style = f"background:rgba({rgb},{alpha:.3f});color:{ink}"
-        if span is None:
-            word = html.escape(token)
+def words_as_written(result):
+    """The text cut into what a reader sees, each piece with its tokens.
+
+    A list of `(kind, string, token_indices)`: `"word"` (a run of
+    characters without spaces or tags, as written, with the indices of
+    the tokens the model read from it: `clichéd` holds both `clich` and
+    `d`), `"space"` (as written), `"break"` (a `<br>` tag). Other tags
+    are markup and are dropped.
+    """
+    text = result["text"]
+    spans = token_spans(text, result.get("words") or result["tokens"])
+    starts = {}
+    for j, span in enumerate(spans):
+        if span is not None:
+            starts.setdefault(span[0], []).append(j)
+    pieces = []
+    for match in re.finditer(r"<[^>]*>|\s+|[^\s<]+|<", text):
+        piece, a, b = match.group(), match.start(), match.end()
+        if _BREAK.fullmatch(piece):
+            pieces.append(("break", "", []))
+        elif _MARKUP.fullmatch(piece):
+            continue
+        elif piece.startswith("<") and len(piece) > 1:  # `a < b > c`
+            for sub in re.finditer(r"\s+|\S+", piece):
+                kind = "space" if sub.group().isspace() else "word"
+                pieces.append((kind, sub.group(), []))
+        elif piece.isspace():
+            pieces.append(("space", piece, []))
         else:
-            parts.append(html.escape(text[cursor : span[0]]))
-            word = html.escape(text[span[0] : span[1]])
-            cursor = span[1]
-        parts.append(f'<span title="{w:.4f}" style="{style}">{word}</span>')
-    parts.append(html.escape(text[cursor:]))
+            held = [j for p in range(a, b) for j in starts.get(p, [])]
+            pieces.append(("word", piece, held))
+    return pieces
+
+
+def _shade(value, top):
+    """White to dark blue, linear in `value / top` (the one scale)."""
+    t = 0.0 if top <= 0 else min(max(value / top, 0.0), 1.0)
+    lo, hi = (255, 255, 255), (8, 48, 107)
+    rgb = tuple(round(a + (b - a) * t) for a, b in zip(lo, hi, strict=True))
+    return "#{:02x}{:02x}{:02x}".format(*rgb), ("#fff" if t > 0.5 else "#111")
+
+
+def _paragraph(pieces, weights, known, top):
+    parts = []
+    for kind, piece, held in pieces:
+        if kind == "break":
+            parts.append("<br>")
+        elif kind == "space":
+            parts.append(html.escape(piece))
+        elif not held:  # punctuation, or past the model's length
+            parts.append(f"<span class='unread'>{html.escape(piece)}</span>")
+        else:
+            w = float(sum(weights[j] for j in held))
+            unknown = not any(known[j] for j in held)
+            bg, ink = _shade(w, top)
+            cls = "w unknown" if unknown else "w"
+            note = " (unknown word)" if unknown else ""
+            parts.append(
+                f"<span class='{cls}' title='{w:.4f}{note}' "
+                f"style='background:{bg};color:{ink}'>"
+                f"{html.escape(piece)}</span>"
+            )
     return "".join(parts)
+
+
+def _row_weights(pieces, weights):
+    return [
+        float(sum(weights[j] for j in held))
+        for kind, _, held in pieces
+        if kind == "word" and held
+    ]
 
 
 OUTPUTS = ("attention.html", "attention.png")
@@ -195,83 +279,140 @@ def _replacing(path):
             os.remove(tmp)
 
 
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;font-size:18px;max-width:46em;"
+    "margin:1.5em auto;padding:0 1em;color:#111;background:#fff}"
+    "p.text{line-height:2.1;overflow-wrap:anywhere}"
+    "span.w{padding:2px 1px;border-radius:3px}"
+    "span.unknown{outline:2px dashed #d95f02;outline-offset:-1px;"
+    "font-style:italic}"
+    "span.unread{color:#666}"
+    ".legend{display:flex;flex-wrap:wrap;align-items:center;gap:.4em 1.2em;"
+    "font-size:16px;color:#333}"
+    ".bar{display:inline-block;width:240px;height:1em;vertical-align:middle;"
+    "border:1px solid #999;background:linear-gradient(to right,#ffffff,"
+    "#08306b)}"
+    ".ticks{display:flex;justify-content:space-between;width:240px;"
+    "font-size:14px}"
+    "details{margin-top:1em}summary{cursor:pointer;font-weight:600}"
+)
+
+
 def write_html(result, path):
-    """The text highlighted by attention: summed over hops, then per hop."""
-    a = result["attention"]
-    text, tokens = result["text"], result["tokens"]
-    legend = (
-        "<p class='legend'>Background: the attention a word received, "
-        "relative to the most attended word of the same row (darkest = "
-        "most; hover a word for its weight). Attention sums to 1 over the "
-        "words of each hop.</p>"
-    )
+    """The text as written, each word shaded by the attention it got.
+
+    One colour scale for every row (legend with its values): the mean over
+    hops first (sums to 1 over the words read), then each hop. A word the
+    model read as several tokens (`clichéd`: `clich` + `d`) gets their
+    sum; an unknown word is outlined; text the model did not read
+    (punctuation, words past its length) is grey.
+    """
+    a = np.asarray(result["attention"], dtype="float64")
+    known = np.asarray(result.get("known", [True] * a.shape[1]), dtype=bool)
+    pieces = words_as_written(result)
+    mean = a.mean(0)
+    top = max(_row_weights(pieces, mean) or [0.0])
+    clipped = any(max(_row_weights(pieces, row) or [0.0]) > top for row in a)
+    read = sum(1 for kind, _, held in pieces if kind == "word" and held)
+    words = sum(1 for kind, _, _ in pieces if kind == "word")
+    ticks = f"{top / 2:.3f}", ("≥ " if clipped else "") + f"{top:.3f}"
     parts = [
-        "<!doctype html><meta charset='utf-8'><title>attention</title>",
+        "<!doctype html><html lang='en'><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width'>",
         f"<meta name='generator' content='{GENERATOR}'>",
-        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;"
-        "color:#111;background:#fff}p{line-height:1.9}"
-        "span{padding:1px 2px;border-radius:3px}"
-        ".legend{color:#444;font-size:90%}</style>",
-        f"<h2>P(positive) = {result['probability']:.3f}</h2>",
-        legend,
-        "<h3>Summed over hops</h3>",
-        f"<p>{_highlight(text, tokens, a.sum(0), '200,30,30')}</p>",
+        "<title>Attention over a text</title>",
+        f"<style>{_STYLE}</style>",
+        f"<h1>P(positive) = {result['probability']:.3f}</h1>",
+        "<div class='legend' id='legend'>"
+        "<span>attention a word received:</span>"
+        "<span><span class='bar'></span><span class='ticks'><span>0</span>"
+        f"<span>{ticks[0]}</span><span>{ticks[1]}</span></span></span>"
+        "<span><span class='w unknown'>word</span> unknown to the "
+        "model</span><span><span class='unread'>grey</span>: not read "
+        "(punctuation, or past the model's length)</span></div>",
+        f"<p class='note'>The model read {read} of the {words} words. "
+        "Hover a word for its weight.</p>",
+        "<h2>All hops (mean)</h2>",
+        f"<p class='text' id='mean'>{_paragraph(pieces, mean, known, top)}</p>",
     ]
     for h in range(a.shape[0]):
-        parts.append(f"<h4>Hop {h + 1}</h4>")
-        parts.append(f"<p>{_highlight(text, tokens, a[h], '30,80,200')}</p>")
+        parts.append(f"<details><summary>Hop {h + 1}</summary>")
+        parts.append(
+            f"<p class='text'>{_paragraph(pieces, a[h], known, top)}</p>"
+            "</details>"
+        )
     with _replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(parts))
+        f.write("\n".join(parts) + "\n")
     return path
 
 
-def write_heatmap(result, path, tokens_per_row=60):
-    """PNG heatmap of `A` (hops × tokens), wrapped `tokens_per_row` tokens
-    to a panel so that every token of a long text is shown."""
+def heatmap_labels(result):
+    """Each token's label in the heatmap: its text as written (`MOVIE`,
+    `clich`), `?` appended where the model does not know it."""
+    text = result["text"]
+    names = result.get("words") or result["tokens"]
+    known = result.get("known", [True] * len(names))
+    labels = []
+    for span, name, k in zip(
+        token_spans(text, names), names, known, strict=True
+    ):
+        label = text[span[0] : span[1]] if span else name
+        labels.append(label if k else label + " ?")
+    return labels
+
+
+def write_heatmap(result, path, tokens_per_column=40):
+    """PNG heatmap of `A`, tokens down (labels as written, horizontal,
+    10 pt), hops across, wrapped into columns of `tokens_per_column`
+    tokens so that every token of a long text is shown."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    a, tokens = result["attention"], result["tokens"]
-    hops, n = a.shape[0], max(len(tokens), 1)
-    rows = -(-n // tokens_per_row)
-    width = max(6, 0.2 * min(n, tokens_per_row) + 2)
+    a = np.asarray(result["attention"])
+    labels = heatmap_labels(result)
+    hops, n = a.shape[0], max(len(labels), 1)
+    cols = -(-n // tokens_per_column)
+    rows = min(n, tokens_per_column)
     fig, axes = plt.subplots(
-        rows,
         1,
-        figsize=(width, rows * (0.3 * hops + 1.6) + 0.8),
+        cols,
+        figsize=(cols * (1.4 + 0.3 * hops) + 1.2, 0.24 * rows + 1.6),
         squeeze=False,
         layout="constrained",
     )
     top = max(float(a.max()) if a.size else 0.0, 1e-9)
     image = None
-    for r, ax in enumerate(axes[:, 0]):
-        lo, hi = r * tokens_per_row, min(n, (r + 1) * tokens_per_row)
+    for c, ax in enumerate(axes[0]):
+        lo, hi = c * tokens_per_column, min(n, (c + 1) * tokens_per_column)
         image = ax.imshow(
-            a[:, lo:hi], aspect="auto", cmap="Reds", vmin=0, vmax=top
+            a[:, lo:hi].T, aspect="auto", cmap="Blues", vmin=0, vmax=top
         )
-        if rows > 1:  # the same cell width in every panel
-            ax.set_xlim(-0.5, tokens_per_row - 0.5)
-        ax.set_xticks(range(hi - lo))
-        ax.set_xticklabels(tokens[lo:hi], rotation=90, fontsize=7)
-        ax.set_yticks(range(hops))
-        ax.set_yticklabels([f"{i + 1}" for i in range(hops)], fontsize=7)
-        ax.set_ylabel("hop", fontsize=8)
-        ax.set_xlabel(f"tokens {lo + 1}-{hi} of {len(tokens)}", fontsize=8)
-    axes[0, 0].set_title(
-        f"Attention per hop over the tokens; P(positive) = "
-        f"{result['probability']:.3f}",
-        fontsize=9,
+        if cols > 1:  # the same cell height in every column
+            ax.set_ylim(tokens_per_column - 0.5, -0.5)
+        ax.set_yticks(range(hi - lo))
+        ax.set_yticklabels(labels[lo:hi], fontsize=10)
+        for tick, label in zip(
+            ax.get_yticklabels(), labels[lo:hi], strict=True
+        ):
+            if label.endswith(" ?"):
+                tick.set_color("#d95f02")
+        ax.set_xticks(range(hops))
+        ax.set_xticklabels([f"{i + 1}" for i in range(hops)], fontsize=10)
+        ax.set_xlabel("hop", fontsize=10)
+        ax.set_title(f"tokens {lo + 1}-{hi} of {len(labels)}", fontsize=10)
+    fig.suptitle(
+        f"Attention per hop; P(positive) = {result['probability']:.3f}"
+        "   (orange '?': unknown word)",
+        fontsize=11,
     )
-    fig.colorbar(
-        image, ax=axes[:, 0].tolist(), label="attention weight", shrink=0.8
-    )
+    fig.colorbar(image, ax=axes[0].tolist(), label="attention weight")
     with _replacing(path) as tmp:
         fig.savefig(
             tmp,
             format="png",
-            dpi=120,
+            dpi=110,
             bbox_inches="tight",
             metadata={"Software": GENERATOR},
         )

@@ -1,6 +1,8 @@
 """Attention pictures: every token shown, original casing, a legend."""
 
 import os
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -23,41 +25,174 @@ def result(n_tokens, hops=3, text=None):
 
 
 def test_token_spans_find_the_original_casing_and_skip_unknown():
-    text = "This MOVIE, <br />don't MISS it!? [x]"
-    tokens = ["this", "movie", "don't", "miss", "it", "!", "?", "[UNK]"]
+    text = "This MOVIE, <b>b</b>don't MISS it!? [x]"
+    tokens = ["this", "movie", "b", "don't", "miss", "it", "!", "?", "[UNK]"]
     spans = explain.token_spans(text, tokens)
-    words = [text[s:e] if (s, e) != (0, 0) else None for s, e in spans[:7]]
-    assert words == ["This", "MOVIE", "don't", "MISS", "it", "!", "?"]
-    assert spans[7] is None
+    words = [text[s:e] for s, e in spans[:8]]
+    assert words == ["This", "MOVIE", "b", "don't", "MISS", "it", "!", "?"]
+    assert spans[2][0] == text.index("b</b>")  # not the tag's own `b`
+    assert spans[8] is None
 
 
-def test_html_keeps_the_text_and_has_a_legend(tmp_path):
-    r = result(4, text="Great FILM, truly <b>great</b>!")
-    r["tokens"] = ["great", "film", "truly", "great"]
-    path = explain.write_html(r, str(tmp_path / "a.html"))
-    page = open(path, encoding="utf-8").read()
-    assert ">Great</span> <span" in page and ">FILM</span>," in page
-    assert "&lt;b&gt;" in page  # the original text, escaped
-    assert "class='legend'" in page
-    # dark backgrounds get white ink (readable contrast)
-    assert "rgba(200,30,30,1.000);color:#fff" in page
+REVIEW = (
+    "I expected a clichéd, by-the-numbers THRILLER.<br /><br />The lead "
+    "(Zorblatt) was  superb; 8/10 <i>truly</i>, and a < b > c."
+)
 
 
-def test_heatmap_shows_every_token_of_a_long_text(tmp_path, monkeypatch):
+def review_result(hops=2, weights=None):
+    """A result as `attend` gives it for REVIEW, `zorblatt` unknown."""
+    from keras_attn_runtime.text import tokens
+
+    words = list(tokens(REVIEW))
+    n = len(words)
+    a = np.full((hops, n), 1.0 / n) if weights is None else weights
+    return {
+        "text": REVIEW,
+        "probability": 0.8,
+        "tokens": [w if w != "zorblatt" else "[UNK]" for w in words],
+        "words": words,
+        "known": np.array([w != "zorblatt" for w in words]),
+        "attention": a,
+    }
+
+
+def test_the_text_is_shown_as_written():
+    r = review_result()
+    pieces = explain.words_as_written(r)
+    shown = "".join(p if k != "break" else "\n" for k, p, _ in pieces)
+    assert shown == (
+        "I expected a clichéd, by-the-numbers THRILLER.\n\nThe lead "
+        "(Zorblatt) was  superb; 8/10 truly, and a < b > c."
+    )
+    held = {p: [r["words"][j] for j in h] for k, p, h in pieces if h}
+    assert held["clichéd,"] == ["clich", "d"]  # one word, both tokens
+    assert held["by-the-numbers"] == ["by", "the", "numbers"]
+    assert held["(Zorblatt)"] == ["zorblatt"]
+    assert held["8/10"] == ["8", "10"]
+    # every token the model read lies in exactly one word
+    every = sorted(j for _, _, h in pieces for j in h)
+    assert every == list(range(len(r["words"])))
+
+
+def test_html_shades_words_on_one_scale_and_marks_unknown(tmp_path):
+    n = len(review_result()["words"])
+    a = np.zeros((2, n))
+    j = review_result()["words"].index("superb")
+    a[0, j], a[1, j] = 1.0, 0.5  # mean: 0.75 on `superb`
+    a[1, 0] = 0.5  # hop 2 only: `I`
+    page_path = explain.write_html(
+        review_result(weights=a), tmp_path / "a.html"
+    )
+    page = open(page_path, encoding="utf-8").read()
+    assert "[UNK]" not in page and "&lt;b&gt;" not in page
+    assert "(Zorblatt)</span>" in page and "class='w unknown'" in page
+    # the darkest colour of the scale on the most attended word, white ink
+    assert "style='background:#08306b;color:#fff'>superb;</span>" in page
+    # one scale for every row: hop 1's 1.0 saturates at the mean's top
+    assert page.count("background:#08306b") == 2  # the mean and hop 1
+    # hop 2's 0.5 is 2/3 of the way from white to the scale's end
+    mid = "".join(f"{round(255 + (e - 255) * 2 / 3):02x}" for e in (8, 48, 107))
+    assert page.count(f"background:#{mid}") == 2  # hop 2's `I` and `superb`
+    assert "<span>≥ 0.750</span>" in page
+    assert "<i>" not in page and page.count("<br>") == 2 * 3
+
+
+def test_heatmap_labels_are_the_words_as_written(tmp_path, monkeypatch):
     import matplotlib.axes
 
     seen = []
-    real = matplotlib.axes.Axes.set_xticklabels
+    real = matplotlib.axes.Axes.set_yticklabels
 
     def spy(self, labels, *args, **kwargs):
         seen.extend(labels)
+        assert kwargs.get("fontsize", 0) >= 10 and not kwargs.get("rotation")
         return real(self, labels, *args, **kwargs)
 
-    monkeypatch.setattr(matplotlib.axes.Axes, "set_xticklabels", spy)
-    r = result(130)
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_yticklabels", spy)
+    r = review_result()
     path = explain.write_heatmap(r, str(tmp_path / "a.png"))
-    assert seen == r["tokens"]  # 130 tokens over three panels, none cut
+    assert seen[:4] == ["I", "expected", "a", "clich"]
+    assert "THRILLER" in seen and "Zorblatt ?" in seen
+    assert len(seen) == len(r["words"])
     assert open(path, "rb").read(4) == b"\x89PNG"
+    long = result(130)
+    seen.clear()
+    explain.write_heatmap(long, str(tmp_path / "b.png"))
+    assert seen == long["tokens"]  # 130 tokens over four columns, none cut
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def screenshot(page, png, width=1000, height=900):
+    """A headless Chromium screenshot of the local file `page`."""
+    subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+         f"--user-data-dir={os.path.dirname(png)}/profile",
+         f"--window-size={width},{height}", f"--screenshot={png}",
+         "file://" + os.path.abspath(page)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    from PIL import Image
+
+    return np.asarray(Image.open(png).convert("RGB")).astype(int)
+
+
+def _boxes(image, rgb, tol=6):
+    """The boxes (height, width, slice) of the connected regions of colour
+    `rgb` in `image`, largest first."""
+    from scipy import ndimage
+
+    hit = np.all(np.abs(image - np.array(rgb)) <= tol, axis=-1)
+    labels, _ = ndimage.label(hit)
+    found = ndimage.find_objects(labels)
+    boxes = [(s[0].stop - s[0].start, s[1].stop - s[1].start, s) for s in found]
+    return sorted(boxes, key=lambda b: -b[0] * b[1])
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no Chromium (.ci/run installs it)"
+)
+def test_the_page_as_a_browser_draws_it(tmp_path):
+    n = len(review_result()["words"])
+    a = np.zeros((2, n))
+    a[:, review_result()["words"].index("superb")] = 1.0
+    page = explain.write_html(review_result(weights=a), tmp_path / "a.html")
+    image = screenshot(page, str(tmp_path / "shot.png"))
+    # the most attended word: a dark box tall enough for 18 px text,
+    # with white letters inside it
+    height, width, where = _boxes(image, (8, 48, 107))[0]
+    assert 20 <= height <= 40 and width > 40
+    inside = image[where]
+    assert (np.abs(inside - 255).max(-1) < 60).sum() > 20  # white ink
+    # dashed orange outlines: the unknown word's and the legend's sample
+    dashes = _boxes(image, (217, 95, 2), tol=40)
+    assert len(dashes) >= 12 and sum(h * w for h, w, _ in dashes) >= 100
+    # the legend's colour scale: one row going from white to dark blue
+    # through many shades, left to right
+    rows = [y for y in range(image.shape[0]) if _gradient(image[y])]
+    assert rows, "no colour scale drawn"
+    # nothing drawn past the page's column (no overflow to the right)
+    assert image[:, 950:].min() >= 250
+
+
+def _gradient(row):
+    """Whether `row` holds a run of 150+ pixels whose blue-scale shades
+    darken monotonically from near white to near the scale's end."""
+    lum = row.sum(-1)
+    run = 1
+    for x in range(1, len(lum)):
+        blueish = row[x, 2] >= row[x, 0]
+        if blueish and lum[x] <= lum[x - 1] and lum[x - 1] - lum[x] < 12:
+            run += 1
+            if run >= 150 and lum[x] < 300 and lum[x - run + 1] > 700:
+                return True
+        else:
+            run = 1
+    return False
 
 
 EDGE = os.path.join(ROOT, "saved_models", "imdb_edge", "model_full_int8.tflite")
@@ -71,6 +206,7 @@ def test_the_int8_edge_file_explains_itself(tmp_path):
     clf = LiteRTClassifier(EDGE)
     (result,) = explain.attend(clf, [text])
     assert result["tokens"][:3] == ["a", "wonderful", "film"]
+    assert result["words"] == result["tokens"] and all(result["known"])
     weights = result["attention"]
     assert weights.shape == (8, len(result["tokens"]))
     np.testing.assert_allclose(weights.sum(1), 1.0, atol=0.05)  # int8 steps
