@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attn.seq2seq import gather_tree, search
+from keras_attn.seq2seq import contrastive_search, gather_tree, search
 from tests.test_search import END, START, chain, enumerate_hypotheses, strip
 
 
@@ -243,6 +243,10 @@ def test_bad_arguments_are_named(kwargs, needle):
         )
 
 
+def _sin_cos(state):
+    return ops.concatenate([ops.sin(state), ops.cos(state)], axis=-1)
+
+
 def test_the_new_options_compile():
     """tfa's conventions, all beams, several end tokens, per-example start
     tokens and top-p under `jax.jit` / `tf.function` equal eager runs."""
@@ -270,7 +274,8 @@ def test_the_new_options_compile():
             return_all_beams=True,
         )
         p = search.sample_search(step, s, 1, 2, 5, seed=3, top_p=0.8)
-        return b["ids"], b["beam_ids"], b["parent_ids"], p["ids"]
+        c = contrastive_search(step, s, 1, 2, 5, _sin_cos, 3, 0.6)
+        return b["ids"], b["beam_ids"], b["parent_ids"], p["ids"], c["ids"]
 
     eager = [ops.convert_to_numpy(x) for x in run(state)]
     backend = keras.backend.backend()

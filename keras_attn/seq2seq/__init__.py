@@ -1,7 +1,8 @@
 """Sequence-to-sequence on Keras 3: an attention decoder and searches.
 
 Backend-agnostic (`keras.ops`): `AttentionDecoder`, `SequenceLoss`,
-`greedy_search`, `sample_search`, `beam_search` and `ensemble` (several
+`greedy_search`, `sample_search`, `beam_search`, `contrastive_search`
+and `ensemble` (several
 models decoding as one). TensorFlow-only serving
 (`Translator`, with SavedModel and LiteRT export) lives in
 `keras_attn.seq2seq.serving`, scoring (`translation_scores`, BLEU and
@@ -12,6 +13,7 @@ from here on first use.
 """
 
 from keras_attn.seq2seq.attention_decoder import AttentionDecoder
+from keras_attn.seq2seq.contrastive import contrastive_search
 from keras_attn.seq2seq.ensemble import ensemble
 from keras_attn.seq2seq.losses import SequenceLoss
 from keras_attn.seq2seq.search import beam_search, greedy_search, sample_search
@@ -21,6 +23,7 @@ __all__ = [
     "AttentionDecoder",
     "SequenceLoss",
     "beam_search",
+    "contrastive_search",
     "ensemble",
     "gather_tree",
     "greedy_search",
