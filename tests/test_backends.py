@@ -31,6 +31,7 @@ LAYER_SUITE = [
     "tests/test_search.py",
     "tests/test_search_parity.py",
     "tests/test_contrastive.py",
+    "tests/test_monotonic.py",
     "tests/test_seq2seq_ensemble.py",
     "tests/test_attention_decoder.py",
     "tests/test_tfa_attention_wrapper.py",

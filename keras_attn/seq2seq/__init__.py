@@ -16,17 +16,25 @@ from keras_attn.seq2seq.attention_decoder import AttentionDecoder
 from keras_attn.seq2seq.contrastive import contrastive_search
 from keras_attn.seq2seq.ensemble import ensemble
 from keras_attn.seq2seq.losses import SequenceLoss
+from keras_attn.seq2seq.monotonic import (
+    MonotonicAttention,
+    initial_alignment,
+    monotonic_attention,
+)
 from keras_attn.seq2seq.search import beam_search, greedy_search, sample_search
 from keras_attn.seq2seq.tree import gather_tree
 
 __all__ = [
     "AttentionDecoder",
+    "MonotonicAttention",
     "SequenceLoss",
     "beam_search",
     "contrastive_search",
     "ensemble",
     "gather_tree",
     "greedy_search",
+    "initial_alignment",
+    "monotonic_attention",
     "sample_search",
 ]
 

@@ -4,6 +4,7 @@ import keras
 from keras import layers, ops
 
 from keras_attn.attention import Attention
+from keras_attn.seq2seq.monotonic import MonotonicAttention, initial_alignment
 from keras_attn.validation import clone_initializer, positive_int
 
 ORDERS = ("luong", "bahdanau")
@@ -68,6 +69,16 @@ class AttentionDecoder(layers.Layer):
             Defaults to `True`.
         input_feeding: concatenate the previous output to the next input.
             Defaults to `False`.
+        monotonic: `None` (softmax attention) or a mode of monotonic
+            attention, `"parallel"`, `"recursive"` or `"hard"` (Raffel
+            et al. 2017; tfa's `BahdanauMonotonicAttention` with
+            `score="additive"`, `LuongMonotonicAttention` with `"dot"` or
+            `"general"`; see `MonotonicAttention`). The states then end
+            with the previous alignment. Defaults to `None`.
+        sigmoid_noise: monotonic attention's pre-sigmoid noise while
+            training. Defaults to `0.0`.
+        score_bias_init: monotonic attention's initial score bias `r`.
+            Defaults to `0.0`.
         dropout: dropout on the attention weights. Defaults to `0.0`.
         kernel_initializer: initializer of the attention and `W_c`
             kernels. Defaults to `"glorot_uniform"`.
@@ -90,7 +101,8 @@ class AttentionDecoder(layers.Layer):
     Returns:
         `(outputs (B, T, O), alignments (B, T, S), states)`: `states` is
         the list to pass to `step` to continue (the cell's states, then the
-        previous output when `input_feeding`).
+        previous output when `input_feeding`, then the last alignment with
+        `monotonic`).
 
     Example:
 
@@ -123,6 +135,9 @@ class AttentionDecoder(layers.Layer):
         use_scale=False,
         normalize=False,
         attention_use_bias=True,
+        monotonic=None,
+        sigmoid_noise=0.0,
+        score_bias_init=0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -167,19 +182,33 @@ class AttentionDecoder(layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.seed = seed
         cell_units = cell.output_size
-        self.attention = Attention(
-            score=score,
-            units=(units or cell_units) if score == "additive" else units,
-            rank=rank,
-            dropout=dropout,
-            kernel_initializer=kernel_initializer,
-            seed=seed,
-            use_scale=use_scale,
-            normalize=normalize,
-            use_bias=attention_use_bias,
-            dtype=self.dtype_policy,
-            name="attention",
+        options = {
+            "score": score,
+            "units": (units or cell_units) if score == "additive" else units,
+            "rank": rank,
+            "dropout": dropout,
+            "kernel_initializer": kernel_initializer,
+            "seed": seed,
+            "use_scale": use_scale,
+            "normalize": normalize,
+            "use_bias": attention_use_bias,
+            "dtype": self.dtype_policy,
+            "name": "attention",
+        }
+        self.monotonic = monotonic
+        self.sigmoid_noise, self.score_bias_init = (
+            sigmoid_noise,
+            score_bias_init,
         )
+        if monotonic is None:
+            self.attention = Attention(**options)
+        else:
+            self.attention = MonotonicAttention(
+                mode=monotonic,
+                sigmoid_noise=sigmoid_noise,
+                score_bias_init=score_bias_init,
+                **options,
+            )
         self.attentional_activation = keras.activations.get(
             attentional_activation
         )
@@ -217,42 +246,65 @@ class AttentionDecoder(layers.Layer):
         cell_in += width if self.attention_order == "bahdanau" else 0
         if not self.cell.built:  # a deserialized cell comes built
             self.cell.build((None, cell_in))
-        self.attention.build((None, 1, cell_units), tuple(memory_shape))
+        if self.monotonic is None:
+            self.attention.build((None, 1, cell_units), tuple(memory_shape))
+        else:
+            self.attention.build((None, cell_units), tuple(memory_shape))
         if self.attentional_layer is not None and (
             not self.attentional_layer.built
         ):
             self.attentional_layer.build((None, width + cell_units))
         self.built = True
 
-    def get_initial_state(self, batch_size):
-        """Zero states for `step`: the cell's, then the fed-back output."""
+    def get_initial_state(self, batch_size, memory_length=None):
+        """Zero states for `step`: the cell's, then the fed-back output,
+        then (monotonic attention, given `memory_length`) the previous
+        alignment `[1, 0, ..., 0]`."""
         states = self.cell.get_initial_state(batch_size)
         states = list(states) if isinstance(states, (list, tuple)) else [states]
         if self.input_feeding:
             states.append(
                 ops.zeros((batch_size, self.output_size), self.compute_dtype)
             )
+        if self.monotonic is not None and memory_length is not None:
+            states.append(
+                initial_alignment(batch_size, memory_length, self.compute_dtype)
+            )
         return states
 
-    def _states(self, batch_size, initial_state):
+    def _states(self, batch_size, initial_state, memory_length):
         if initial_state is None:
-            return self.get_initial_state(batch_size)
+            return self.get_initial_state(batch_size, memory_length)
         states = initial_state
         states = list(states) if isinstance(states, (list, tuple)) else [states]
         if self.input_feeding and len(states) == self._cell_states:
             states.append(
                 ops.zeros((batch_size, self.output_size), self.compute_dtype)
             )
-        expected = self._cell_states + int(self.input_feeding)
+        monotonic = self.monotonic is not None
+        if monotonic and len(states) == self._cell_states + self.input_feeding:
+            states.append(
+                initial_alignment(batch_size, memory_length, self.compute_dtype)
+            )
+        expected = self._cell_states + int(self.input_feeding) + monotonic
         if len(states) != expected:
             fed = ", then the fed-back output" if self.input_feeding else ""
+            fed += ", then the previous alignment" if monotonic else ""
             raise ValueError(
                 f"Expected initial_state to hold {expected} tensors (the "
                 f"cell's states{fed}). Received: {len(states)} tensors"
             )
         return [ops.cast(s, self.compute_dtype) for s in states]
 
-    def _attend(self, query, memory, memory_mask, training):
+    def _attend(self, query, memory, memory_mask, training, previous=None):
+        if self.monotonic is not None:
+            return self.attention(
+                query,
+                memory,
+                previous,
+                memory_mask=memory_mask,
+                training=training,
+            )
         context, weights = self.attention(
             query[:, None, :],
             memory,
@@ -286,15 +338,18 @@ class AttentionDecoder(layers.Layer):
         # would warn that it "destroys" it.
         inputs = ops.copy(ops.cast(inputs, self.compute_dtype))
         memory = ops.cast(memory, self.compute_dtype)
-        states = self._states(ops.shape(inputs)[0], states)
+        states = self._states(
+            ops.shape(inputs)[0], states, ops.shape(memory)[1]
+        )
         n = self._cell_states
+        previous = states[-1] if self.monotonic is not None else None
         cell_states = list(states[:n])
         pieces = [inputs]
         if self.input_feeding:
             pieces.append(states[n])
         if self.attention_order == "bahdanau":
             context, weights = self._attend(
-                cell_states[0], memory, memory_mask, training
+                cell_states[0], memory, memory_mask, training, previous
             )
             pieces.append(context)
         cell_in = (
@@ -309,10 +364,12 @@ class AttentionDecoder(layers.Layer):
         )
         if self.attention_order == "luong":
             context, weights = self._attend(
-                cell_out, memory, memory_mask, training
+                cell_out, memory, memory_mask, training, previous
             )
         output = self._output(context, cell_out)
         new_states = new_cell + ([output] if self.input_feeding else [])
+        if self.monotonic is not None:
+            new_states.append(weights)
         return output, new_states, weights
 
     def call(
@@ -328,13 +385,14 @@ class AttentionDecoder(layers.Layer):
         inputs = ops.cast(inputs, self.compute_dtype)
         memory = ops.cast(memory, self.compute_dtype)
         batch = ops.shape(inputs)[0]
-        states = self._states(batch, initial_state)
+        states = self._states(batch, initial_state, ops.shape(memory)[1])
         steps = ops.transpose(inputs, (1, 0, 2))  # (T, B, E)
         if mask is None:
             valid = ops.ones(ops.shape(steps)[:2], "bool")  # (T, B)
         else:
             valid = ops.transpose(ops.cast(mask, "bool"), (1, 0))
         fast = self.attention_order == "luong" and not self.input_feeding
+        fast = fast and self.monotonic is None
         cell_units = self.cell.output_size
 
         def keep(on, new, old):  # padded steps keep the old value
@@ -396,6 +454,7 @@ class AttentionDecoder(layers.Layer):
         # Keras passes the mask of `inputs` (the target side): it masks the
         # outputs and the alignments; the states have none.
         n = self._cell_states + int(self.input_feeding)
+        n += int(self.monotonic is not None)
         return [previous_mask, previous_mask] + [None] * n
 
     def compute_output_spec(self, inputs, memory, initial_state=None, **kw):
@@ -410,6 +469,8 @@ class AttentionDecoder(layers.Layer):
         sizes = list(sizes) if isinstance(sizes, (list, tuple)) else [sizes]
         if self.input_feeding:
             sizes.append(size)
+        if self.monotonic is not None:
+            sizes.append(memory.shape[1])
         return (
             keras.KerasTensor((batch, steps, size), dtype=dtype),
             keras.KerasTensor((batch, steps, memory.shape[1]), dtype=dtype),
@@ -441,4 +502,7 @@ class AttentionDecoder(layers.Layer):
             "use_scale": self.use_scale,
             "normalize": self.normalize,
             "attention_use_bias": self.attention_use_bias,
+            "monotonic": self.monotonic,
+            "sigmoid_noise": self.sigmoid_noise,
+            "score_bias_init": self.score_bias_init,
         }
