@@ -18,6 +18,8 @@ MODULES = [
     "keras_attn.seq2seq.ensemble",
     "keras_attn.seq2seq.losses",
     "keras_attn.seq2seq.search",
+    "keras_attn.seq2seq.monotonic",
+    "keras_attn.seq2seq.contrastive",
     "keras_attn.seq2seq.evaluation",
 ]
 
