@@ -59,6 +59,19 @@ def contrastive_search(
     Returns:
         As `greedy_search`.
 
+    Example:
+
+    >>> import numpy as np
+    >>> # Row = previous token; the state is the token read, one-hot.
+    >>> table = np.log(np.array([[.1, .1, .7, .1], [.1, .1, .1, .7],
+    ...                          [.1, .1, .7, .1], [.1, .3, .3, .3]]))
+    >>> def step_fn(tokens, state, index):
+    ...     return ops.take(table, tokens, axis=0), ops.one_hot(tokens, 4), None
+    >>> out = contrastive_search(step_fn, np.zeros((1, 4)), 1, 2, 4,
+    ...                          hidden_fn=lambda state: state, top_k=3)
+    >>> ops.convert_to_numpy(out["ids"]).tolist()
+    [[3, 2, 0, 0]]
+
     References:
         - [Su et al. 2022](https://arxiv.org/abs/2202.06417)
     """
