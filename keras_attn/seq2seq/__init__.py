@@ -21,12 +21,14 @@ from keras_attn.seq2seq.monotonic import (
     initial_alignment,
     monotonic_attention,
 )
+from keras_attn.seq2seq.scheduled import ScheduledSampling
 from keras_attn.seq2seq.search import beam_search, greedy_search, sample_search
 from keras_attn.seq2seq.tree import gather_tree
 
 __all__ = [
     "AttentionDecoder",
     "MonotonicAttention",
+    "ScheduledSampling",
     "SequenceLoss",
     "beam_search",
     "contrastive_search",
