@@ -268,7 +268,7 @@ def test_beam_search_runs_inside_the_litert_file(tmp_path):
     assert not [o for o in ops_used if "FLEX" in o or "CUSTOM" in o]
     texts = ["a b c", "d .", "c c a b", "a", "b b b", ""]
     report = translator.check_litert(path, texts, greedy=False)
-    assert report["greedy_agreement_with_keras"] == 1.0
+    assert report["agreement_with_keras"] == 1.0 and report["search"] == "beam"
     with pytest.raises(ValueError, match="search_method='sample'"):
         translator.export_tflite(
             str(tmp_path / "x.tflite"), search_method="sample"

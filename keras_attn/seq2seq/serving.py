@@ -223,9 +223,10 @@ class Translator(tf.Module):
         with this translator's greedy (or, with `greedy=False`, beam)
         search, sentence by sentence,
         through the numpy-only runtime. Returns a dict: `size_bytes`,
-        `ops` (the op types), `greedy_agreement_with_keras` (the fraction
-        of identical translations), `latency_ms_per_sentence` (one
-        `translate` call each) and `sentences`."""
+        `ops` (the op types), `search` (`"greedy"` or `"beam"`),
+        `agreement_with_keras` (the fraction of identical translations),
+        `latency_ms_per_sentence` (one `translate` call each) and
+        `sentences`."""
         import time
 
         from keras_attn.export import tflite_op_names
@@ -242,7 +243,8 @@ class Translator(tf.Module):
         return {
             "size_bytes": os.path.getsize(path),
             "ops": tflite_op_names(path),
-            "greedy_agreement_with_keras": same / len(sentences),
+            "search": "greedy" if greedy else "beam",
+            "agreement_with_keras": same / len(sentences),
             "latency_ms_per_sentence": round(1000 * seconds, 2),
             "sentences": len(sentences),
         }
