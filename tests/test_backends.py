@@ -33,6 +33,7 @@ LAYER_SUITE = [
     "tests/test_contrastive.py",
     "tests/test_monotonic.py",
     "tests/test_scheduled_sampling.py",
+    "tests/test_mechanisms.py",
     "tests/test_seq2seq_ensemble.py",
     "tests/test_attention_decoder.py",
     "tests/test_tfa_attention_wrapper.py",

@@ -4,6 +4,12 @@ import keras
 from keras import layers, ops
 
 from keras_attn.attention import Attention
+from keras_attn.seq2seq._mechanisms import (
+    attend_one,
+    each,
+    mechanism_list,
+    memory_shapes,
+)
 from keras_attn.seq2seq.monotonic import MonotonicAttention, initial_alignment
 from keras_attn.validation import clone_initializer, positive_int
 
@@ -79,6 +85,12 @@ class AttentionDecoder(layers.Layer):
             training. Defaults to `0.0`.
         score_bias_init: monotonic attention's initial score bias `r`.
             Defaults to `0.0`.
+        mechanisms: several attention mechanisms, as tfa's list: a list
+            of `keras_attn.Attention` layers, one per memory (`memory`
+            and `memory_mask` are then lists in the same order); their
+            contexts are concatenated in that order and the alignments
+            come back as a list. The score arguments above then do not
+            apply. Defaults to `None` (one mechanism, built from them).
         dropout: dropout on the attention weights. Defaults to `0.0`.
         kernel_initializer: initializer of the attention and `W_c`
             kernels. Defaults to `"glorot_uniform"`.
@@ -138,6 +150,7 @@ class AttentionDecoder(layers.Layer):
         monotonic=None,
         sigmoid_noise=0.0,
         score_bias_init=0.0,
+        mechanisms=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -200,7 +213,10 @@ class AttentionDecoder(layers.Layer):
             sigmoid_noise,
             score_bias_init,
         )
-        if monotonic is None:
+        self.mechanisms = mechanism_list(mechanisms, monotonic)
+        if self.mechanisms is not None:
+            self.attention = None  # one `Attention` per memory instead
+        elif monotonic is None:
             self.attention = Attention(**options)
         else:
             self.attention = MonotonicAttention(
@@ -234,7 +250,9 @@ class AttentionDecoder(layers.Layer):
         return len(size) if isinstance(size, (list, tuple)) else 1
 
     def build(self, inputs_shape, memory_shape):
-        cell_units, width = self.cell.output_size, memory_shape[-1]
+        shapes = memory_shapes(memory_shape, self.mechanisms)
+        cell_units = self.cell.output_size
+        width = sum(shape[-1] for shape in shapes)
         self.output_size = self.attentional_units or width + cell_units
         if self.attentional_layer is not None and not self.attentional_units:
             shape = self.attentional_layer.compute_output_shape(
@@ -246,7 +264,11 @@ class AttentionDecoder(layers.Layer):
         cell_in += width if self.attention_order == "bahdanau" else 0
         if not self.cell.built:  # a deserialized cell comes built
             self.cell.build((None, cell_in))
-        if self.monotonic is None:
+        if self.mechanisms is not None:
+            for mechanism, shape in zip(self.mechanisms, shapes, strict=True):
+                if not mechanism.built:
+                    mechanism.build((None, 1, cell_units), tuple(shape))
+        elif self.monotonic is None:
             self.attention.build((None, 1, cell_units), tuple(memory_shape))
         else:
             self.attention.build((None, cell_units), tuple(memory_shape))
@@ -272,7 +294,10 @@ class AttentionDecoder(layers.Layer):
             )
         return states
 
-    def _states(self, batch_size, initial_state, memory_length):
+    def _states(self, batch_size, initial_state, memory):
+        memory_length = None
+        if self.monotonic is not None:
+            memory_length = ops.shape(memory)[1]
         if initial_state is None:
             return self.get_initial_state(batch_size, memory_length)
         states = initial_state
@@ -297,6 +322,14 @@ class AttentionDecoder(layers.Layer):
         return [ops.cast(s, self.compute_dtype) for s in states]
 
     def _attend(self, query, memory, memory_mask, training, previous=None):
+        if self.mechanisms is not None:  # contexts concatenated
+            masks = memory_mask or [None] * len(memory)
+            pairs = [
+                attend_one(m, query, h, k, training)
+                for m, h, k in zip(self.mechanisms, memory, masks, strict=True)
+            ]
+            context = ops.concatenate([c for c, _ in pairs], axis=-1)
+            return context, [w for _, w in pairs]
         if self.monotonic is not None:
             return self.attention(
                 query,
@@ -305,14 +338,7 @@ class AttentionDecoder(layers.Layer):
                 memory_mask=memory_mask,
                 training=training,
             )
-        context, weights = self.attention(
-            query[:, None, :],
-            memory,
-            value_mask=memory_mask,
-            return_attention_scores=True,
-            training=training,
-        )  # (B, 1, D), (B, 1, S)
-        return context[:, 0], weights[:, 0]
+        return attend_one(self.attention, query, memory, memory_mask, training)
 
     def _output(self, context, cell_out):
         joined = ops.concatenate([context, cell_out], axis=-1)  # (B, D + U)
@@ -337,10 +363,8 @@ class AttentionDecoder(layers.Layer):
         # `Embedding(mask_zero=True)`) means nothing to the cell, which
         # would warn that it "destroys" it.
         inputs = ops.copy(ops.cast(inputs, self.compute_dtype))
-        memory = ops.cast(memory, self.compute_dtype)
-        states = self._states(
-            ops.shape(inputs)[0], states, ops.shape(memory)[1]
-        )
+        memory = each(lambda m: ops.cast(m, self.compute_dtype), memory)
+        states = self._states(ops.shape(inputs)[0], states, memory)
         n = self._cell_states
         previous = states[-1] if self.monotonic is not None else None
         cell_states = list(states[:n])
@@ -383,9 +407,9 @@ class AttentionDecoder(layers.Layer):
     ):
         mask = inputs_mask
         inputs = ops.cast(inputs, self.compute_dtype)
-        memory = ops.cast(memory, self.compute_dtype)
+        memory = each(lambda m: ops.cast(m, self.compute_dtype), memory)
         batch = ops.shape(inputs)[0]
-        states = self._states(batch, initial_state, ops.shape(memory)[1])
+        states = self._states(batch, initial_state, memory)
         steps = ops.transpose(inputs, (1, 0, 2))  # (T, B, E)
         if mask is None:
             valid = ops.ones(ops.shape(steps)[:2], "bool")  # (T, B)
@@ -414,7 +438,9 @@ class AttentionDecoder(layers.Layer):
                 )
             states = [keep(on, n, s) for n, s in zip(new, states, strict=True)]
             out = ops.where(on[:, None], out, ops.zeros_like(out))
-            weights = ops.where(on[:, None], weights, ops.zeros_like(weights))
+            weights = each(
+                lambda w: ops.where(on[:, None], w, ops.zeros_like(w)), weights
+            )
             carry = (states, out, weights)
             return carry, carry
 
@@ -422,7 +448,12 @@ class AttentionDecoder(layers.Layer):
         init = (
             states,
             ops.zeros((batch, size), self.compute_dtype),
-            ops.zeros((batch, ops.shape(memory)[1]), self.compute_dtype),
+            each(
+                lambda m: ops.zeros(
+                    (batch, ops.shape(m)[1]), self.compute_dtype
+                ),
+                memory,
+            ),
         )
         # One scanned tensor: the step's inputs and its mask as a last
         # column (TensorFlow's `scan` cannot check two unknown lengths).
@@ -433,21 +464,35 @@ class AttentionDecoder(layers.Layer):
         ys = outs if fast else (outs, weights)
         if fast:
             cell_out = ops.transpose(ys, (1, 0, 2))  # (B, T, U)
-            context, alignments = self.attention(
-                cell_out,
-                memory,
-                query_mask=mask,
-                value_mask=memory_mask,
-                return_attention_scores=True,
-                training=training,
-            )  # (B, T, D), (B, T, S)
+            mechanisms = self.mechanisms or [self.attention]
+            memories, masks = memory, memory_mask
+            if self.mechanisms is None:
+                memories, masks = [memory], [memory_mask]
+            masks = masks or [None] * len(memories)
+            pairs = [
+                m(
+                    cell_out,
+                    h,
+                    query_mask=mask,
+                    value_mask=k,
+                    return_attention_scores=True,
+                    training=training,
+                )  # (B, T, D), (B, T, S)
+                for m, h, k in zip(mechanisms, memories, masks, strict=True)
+            ]
+            context = ops.concatenate([c for c, _ in pairs], axis=-1)
+            alignments = [w for _, w in pairs]
+            if self.mechanisms is None:
+                alignments = alignments[0]
             outputs = self._output(context, cell_out)
             if mask is not None:
                 on = ops.cast(mask, outputs.dtype)[..., None]
                 outputs = outputs * on
         else:
             outputs = ops.transpose(ys[0], (1, 0, 2))  # (B, T, O)
-            alignments = ops.transpose(ys[1], (1, 0, 2))  # (B, T, S)
+            alignments = each(
+                lambda w: ops.transpose(w, (1, 0, 2)), ys[1]
+            )  # (B, T, S)
         return outputs, alignments, list(states)
 
     def compute_mask(self, inputs, previous_mask=None):
@@ -455,11 +500,16 @@ class AttentionDecoder(layers.Layer):
         # outputs and the alignments; the states have none.
         n = self._cell_states + int(self.input_feeding)
         n += int(self.monotonic is not None)
-        return [previous_mask, previous_mask] + [None] * n
+        aligned = previous_mask
+        if self.mechanisms is not None:
+            aligned = [previous_mask] * len(self.mechanisms)
+        return [previous_mask, aligned] + [None] * n
 
     def compute_output_spec(self, inputs, memory, initial_state=None, **kw):
         batch, steps = inputs.shape[0], inputs.shape[1]
-        cell_units, width = self.cell.output_size, memory.shape[-1]
+        memories = memory if self.mechanisms is not None else [memory]
+        cell_units = self.cell.output_size
+        width = sum(m.shape[-1] for m in memories)
         size = self.attentional_units or width + cell_units
         if self.attentional_layer is not None and not self.attentional_units:
             shape = (None, width + cell_units)
@@ -471,9 +521,13 @@ class AttentionDecoder(layers.Layer):
             sizes.append(size)
         if self.monotonic is not None:
             sizes.append(memory.shape[1])
+        aligned = [
+            keras.KerasTensor((batch, steps, m.shape[1]), dtype=dtype)
+            for m in memories
+        ]
         return (
             keras.KerasTensor((batch, steps, size), dtype=dtype),
-            keras.KerasTensor((batch, steps, memory.shape[1]), dtype=dtype),
+            aligned if self.mechanisms is not None else aligned[0],
             [keras.KerasTensor((batch, s), dtype=dtype) for s in sizes],
         )
 
@@ -505,4 +559,7 @@ class AttentionDecoder(layers.Layer):
             "monotonic": self.monotonic,
             "sigmoid_noise": self.sigmoid_noise,
             "score_bias_init": self.score_bias_init,
+            "mechanisms": None
+            if self.mechanisms is None
+            else [layers.serialize(m) for m in self.mechanisms],
         }
