@@ -13,7 +13,7 @@ from keras import ops
 
 import keras_attn
 from benchmarks.layer_speed import time_pair
-from keras_attn import masking
+from keras_attn.ops import masking
 
 
 class EinsumSSA(keras_attn.StructuredSelfAttention):

@@ -8,8 +8,8 @@ per-step losses as one device.
 
 Run it (two machines, or two terminals on one):
 
-    TF_CONFIG=$(python -c "from keras_attn.distribute import tf_config; \
-print(tf_config(['host1:12345', 'host2:12345'], 0))") \
+    TF_CONFIG=$(python -c "from keras_attn.training.distribute import \
+tf_config; print(tf_config(['host1:12345', 'host2:12345'], 0))") \
     python examples/imdb_distributed.py --strategy multi-worker
 
 and the same with index 1 on the second machine. More in
@@ -21,11 +21,11 @@ docs/distributed.md.
 
 Keras 3's `model.fit` fails under TensorFlow's
 `MultiWorkerMirroredStrategy` (keras-team/keras#20585), so on TensorFlow
-we train with `keras_attn.distribute.fit`, a custom step run by
+we train with `keras_attn.training.distribute.fit`, a custom step run by
 `strategy.run` that keeps Keras's loss scaling: each replica's loss, the
 `StructuredSelfAttention` penalty included, is divided by the number of
 replicas and the gradients are summed. On JAX, `model.fit` works as it is
-under `keras.distribution`; `keras_attn.distribute.layout_map` tells
+under `keras.distribution`; `keras_attn.training.distribute.layout_map` tells
 `ModelParallel` how to split `MultiHeadPositional`'s heads.
 
 | `--strategy` | backend | what is split |
@@ -40,7 +40,7 @@ On a CPU, `XLA_FLAGS=--xla_force_host_platform_device_count=2` gives JAX
 two devices to split over. JAX also runs one process per machine:
 `--processes 2 --process-id I --coordinator HOST:PORT` (the same
 coordinator, process 0's address, everywhere) joins them through
-`keras_attn.distribute.initialize_jax`, and `data-parallel` or
+`keras_attn.training.distribute.initialize_jax`, and `data-parallel` or
 `model-parallel` then splits over every process's devices.
 """
 
@@ -111,7 +111,7 @@ def start(strategy_name, processes=1, process_id=0, coordinator=None):
             f"received KERAS_BACKEND={os.environ['KERAS_BACKEND']}"
         )
     if strategy_name == "multi-worker":
-        from keras_attn.distribute import multi_worker_strategy
+        from keras_attn.training.distribute import multi_worker_strategy
 
         return multi_worker_strategy()
     if strategy_name == "mirrored":
@@ -130,7 +130,7 @@ def start(strategy_name, processes=1, process_id=0, coordinator=None):
 
         return tf.distribute.get_strategy()
     if processes > 1:  # one JAX job over several processes
-        from keras_attn.distribute import initialize_jax
+        from keras_attn.training.distribute import initialize_jax
 
         initialize_jax(coordinator, processes, process_id)
     return None  # JAX
@@ -188,7 +188,7 @@ def build(model_name, vocab_size, hp):
 
 
 def train_tf(strategy, args, hp, train, vocab_size):
-    from keras_attn import distribute
+    from keras_attn.training import distribute
 
     with strategy.scope():
         model = build(args.model, vocab_size, hp)
@@ -200,7 +200,7 @@ def train_jax(args, hp, train, vocab_size):
     import jax
     import keras
 
-    from keras_attn import distribute
+    from keras_attn.training import distribute
 
     devices = keras.distribution.list_devices()
     if args.strategy == "one-device":

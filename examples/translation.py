@@ -31,7 +31,6 @@ import tensorflow as tf
 from keras import ops
 
 from keras_attn import seq2seq
-from keras_attn.callbacks import TimeBudget
 from keras_attn.export import versions
 from keras_attn.seq2seq import AttentionDecoder
 from keras_attn.seq2seq.subwords import (
@@ -39,6 +38,7 @@ from keras_attn.seq2seq.subwords import (
     wordpiece_vocabulary,
 )
 from keras_attn.text import split_sentence
+from keras_attn.training.callbacks import TimeBudget
 from keras_attn_runtime import DETOKENIZERS
 
 START, END = "[start]", "[end]"
@@ -265,8 +265,8 @@ def build_models(src_vocab, tgt_vocab, hp):
 
 `seq2seq.SequenceLoss`: per-token cross-entropy with label smoothing,
 zero at padding. Early stopping on validation loss, a halved learning rate
-on plateaus, and `keras_attn.callbacks.TimeBudget`, which stops training
-within one step of the time budget.
+on plateaus, and `keras_attn.training.callbacks.TimeBudget`, which stops
+training within one step of the time budget.
 """
 
 

@@ -1,12 +1,16 @@
 """keras_attn: serializable Keras 3 attention layers."""
 
-from keras_attn.additive_attention import AdditiveAttention
-from keras_attn.attention import Attention
-from keras_attn.learned_position_embedding import LearnedPositionEmbedding
-from keras_attn.multi_head_positional import MultiHeadPositional
+from keras_attn.layers.additive_attention import AdditiveAttention
+from keras_attn.layers.attention import Attention
+from keras_attn.layers.learned_position_embedding import (
+    LearnedPositionEmbedding,
+)
+from keras_attn.layers.multi_head_positional import MultiHeadPositional
+from keras_attn.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+from keras_attn.layers.structured_self_attention import StructuredSelfAttention
 from keras_attn.seq2seq import AttentionDecoder
-from keras_attn.sinusoidal_position_encoding import SinusoidalPositionEncoding
-from keras_attn.structured_self_attention import StructuredSelfAttention
 from keras_attn.text import standardize_review
 
 __version__ = "0.2.0"

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.callbacks import TimeBudget
+from keras_attn.training.callbacks import TimeBudget
 
 
 class FakeClock:

@@ -1,4 +1,4 @@
-"""`keras_attn.distribute` and `examples/imdb_distributed.py`.
+"""`keras_attn.training.distribute` and `examples/imdb_distributed.py`.
 
 The fast tests check the custom step against `model.fit` on one device and
 the argument errors. The slow tests start real processes: two
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import keras_attn
-from keras_attn import distribute
+from keras_attn.training import distribute
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "imdb_distributed.py")
@@ -271,7 +271,7 @@ def test_two_jax_processes_on_loopback_match_one_device(
     tmp_path, model, strategy
 ):
     # One JAX job over two processes, one CPU device each, joined through
-    # keras_attn.distribute.initialize_jax (Gloo collectives).
+    # keras_attn.training.distribute.initialize_jax (Gloo collectives).
     pytest.importorskip("jax")
     env = {"KERAS_BACKEND": "jax", "XLA_FLAGS": ""}
     args = ["--model", model]

@@ -7,13 +7,13 @@ import importlib
 import pytest
 
 MODULES = [
-    "keras_attn.additive_attention",
-    "keras_attn.attention",
-    "keras_attn.callbacks",
-    "keras_attn.structured_self_attention",
-    "keras_attn.multi_head_positional",
-    "keras_attn.sinusoidal_position_encoding",
-    "keras_attn.learned_position_embedding",
+    "keras_attn.layers.additive_attention",
+    "keras_attn.layers.attention",
+    "keras_attn.training.callbacks",
+    "keras_attn.layers.structured_self_attention",
+    "keras_attn.layers.multi_head_positional",
+    "keras_attn.layers.sinusoidal_position_encoding",
+    "keras_attn.layers.learned_position_embedding",
     "keras_attn.seq2seq.attention_decoder",
     "keras_attn.seq2seq.ensemble",
     "keras_attn.seq2seq.losses",

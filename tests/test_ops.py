@@ -4,7 +4,7 @@ formulas: `masking`, `scores`, `positional`."""
 import numpy as np
 import pytest
 
-from keras_attn import masking, positional, scores
+from keras_attn.ops import masking, positional, scores
 from tests.backend import to_numpy
 
 RNG = np.random.default_rng(11)

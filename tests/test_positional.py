@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import keras_attn
-from keras_attn import positional
+from keras_attn.ops import positional
 from tests import layer_test_case as ltc
 
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attn import MultiHeadPositional, positional
+from keras_attn import MultiHeadPositional
+from keras_attn.ops import positional
 
 B, T, D = 2, 7, 12
 

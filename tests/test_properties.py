@@ -65,7 +65,7 @@ def cross_case(draw):
 
 @given(
     case=cross_case(),
-    score=st.sampled_from(keras_attn.attention.scores.SCORES),
+    score=st.sampled_from(keras_attn.layers.attention.scores.SCORES),
     causal=st.booleans(),
 )
 def test_attention_property(case, score, causal):

@@ -3,7 +3,7 @@
 
 from keras import layers
 
-from keras_attn.attention import Attention
+from keras_attn.layers.attention import Attention
 from keras_attn.seq2seq.monotonic import MonotonicAttention
 
 

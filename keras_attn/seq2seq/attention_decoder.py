@@ -3,7 +3,7 @@
 import keras
 from keras import layers, ops
 
-from keras_attn.attention import Attention
+from keras_attn.layers.attention import Attention
 from keras_attn.seq2seq._mechanisms import (
     attend_one,
     each,

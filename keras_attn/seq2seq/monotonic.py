@@ -5,7 +5,7 @@
 import keras
 from keras import ops
 
-from keras_attn.attention import Attention
+from keras_attn.layers.attention import Attention
 
 MODES = ("parallel", "recursive", "hard")
 

@@ -1,0 +1,2 @@
+"""Pure functions in `keras.ops` the layers share: masking, scores,
+positions."""

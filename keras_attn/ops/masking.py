@@ -1,0 +1,168 @@
+"""Pure mask helpers shared by every layer.
+
+All functions take and return backend tensors and use `keras.ops` only.
+Boolean masks use `True` for "attend / keep" and `False` for "ignore".
+"""
+
+import keras
+from keras import ops
+
+# How far below a slice's smallest logit masked logits are put (see
+# `masked_softmax`): e^-32 ≈ 1.3e-14, so even a million masked keys add
+# less than half a float32 ulp to the softmax's denominator.
+MASK_MARGIN = 32.0
+
+
+def large_negative_number(dtype):
+    """A large negative number that does not overflow in `dtype`.
+
+    float16 overflows at -1e9, so we use a fraction of the dtype's own
+    minimum, as Keras does.
+    """
+    dtype = keras.backend.standardize_dtype(dtype)
+    if dtype == "float16":
+        return -3e4
+    if dtype == "bfloat16":
+        return -1e30
+    return -1e9
+
+
+def causal_mask(query_length, value_length, offset=0):
+    """Lower-triangular mask: query `i` may attend to keys `j <= i + offset`.
+
+    Returns:
+        Boolean tensor of shape `(query_length, value_length)`.
+    """
+    rows = ops.arange(query_length)[:, None] + offset  # (Tq, 1)
+    cols = ops.arange(value_length)[None, :]  # (1, Tv)
+    return ops.greater_equal(rows, cols)  # (Tq, Tv)
+
+
+def band_mask(query_length, value_length, width, offset=0):
+    """Sliding window: query `i` may attend to keys `j` with
+    `|i + offset - j| < width` (Keras's `sliding_window` band).
+
+    Returns:
+        Boolean tensor of shape `(query_length, value_length)`.
+    """
+    rows = ops.arange(query_length)[:, None] + offset  # (Tq, 1)
+    cols = ops.arange(value_length)[None, :]  # (1, Tv)
+    return ops.less(ops.abs(rows - cols), width)  # (Tq, Tv)
+
+
+def merge_masks(
+    query_length,
+    value_length,
+    query_mask=None,
+    value_mask=None,
+    attention_mask=None,
+    use_causal_mask=False,
+):
+    """Combine padding, explicit and causal masks into one boolean mask.
+
+    Args:
+        query_length: Tq (int or scalar tensor).
+        value_length: Tv.
+        query_mask: optional `(B, Tq)`; masked queries attend to nothing.
+        value_mask: optional `(B, Tv)`; masked keys receive weight 0.
+        attention_mask: optional `(B, Tq, Tv)` (or broadcastable).
+        use_causal_mask: whether to add the lower-triangular mask.
+
+    Returns:
+        `None` when no mask applies, else a boolean tensor broadcastable to
+        `(B, Tq, Tv)`.
+    """
+    mask = None
+
+    def _and(a, b):
+        return b if a is None else ops.logical_and(a, b)
+
+    if query_mask is not None:
+        mask = _and(mask, ops.cast(query_mask, "bool")[:, :, None])  # (B,Tq,1)
+    if value_mask is not None:
+        mask = _and(mask, ops.cast(value_mask, "bool")[:, None, :])  # (B,1,Tv)
+    if attention_mask is not None:
+        mask = _and(mask, ops.cast(attention_mask, "bool"))
+    if use_causal_mask:
+        mask = _and(mask, causal_mask(query_length, value_length)[None])
+    return mask
+
+
+def masked_softmax(scores, mask=None, axis=-1):
+    """Softmax over `axis` where masked positions get weight exactly 0.
+
+    The softmax is computed in float32 when `scores` is float16 or bfloat16,
+    then cast back. A slice where every position is masked gives all zeros
+    (never NaN), and its gradient is finite (zero).
+
+    Args:
+        scores: float tensor.
+        mask: optional boolean tensor broadcastable to `scores`.
+        axis: the axis to normalize over.
+    """
+    dtype = scores.dtype
+    half = keras.backend.standardize_dtype(dtype) in ("float16", "bfloat16")
+    work = ops.cast(scores, "float32") if half else scores
+    if mask is None:
+        weights = ops.softmax(work, axis=axis)
+    else:
+        mask = ops.cast(mask, "bool")
+        # Masked logits go `MASK_MARGIN` below the slice's smallest logit,
+        # not to a huge constant: their softmax terms are still below
+        # float32's resolution (`Tv · e^-32` ≪ 1 ulp), and the tensor keeps
+        # the scores' own range, so a full-integer (int8) model calibrated
+        # on it keeps its resolution instead of spending it on `-1e9`.
+        floor = ops.stop_gradient(ops.min(work, axis=axis, keepdims=True))
+        work = ops.where(mask, work, floor - MASK_MARGIN)
+        weights = ops.softmax(work, axis=axis)
+        weights = ops.where(mask, weights, ops.zeros_like(weights))
+    return ops.cast(weights, dtype) if half else weights
+
+
+def any_valid(mask, axis=-1):
+    """True where at least one position along `axis` is unmasked."""
+    return ops.any(ops.cast(mask, "bool"), axis=axis)
+
+
+def select(x, mask):
+    """`x` with masked (padding) steps set to zero by selection, so that
+    NaN or inf there cannot reach a valid output (`0 * nan` is nan)."""
+    if mask is None:
+        return x
+    keep = ops.cast(mask, "bool")
+    while len(keep.shape) < len(x.shape):
+        keep = keep[..., None]
+    return ops.where(keep, x, ops.zeros_like(x))
+
+
+def lean_masks(query_mask, value_mask):
+    """`(mask (B, 1, 1, Tv) or None, rows (B, Tq) or None)` for causal
+    self-attention with padding: query `t` has a key when some key
+    `j <= t` is unmasked."""
+    if value_mask is None:
+        return None, query_mask
+    keys = ops.cast(value_mask, "bool")
+    rows = ops.cumsum(ops.cast(keys, "int32"), axis=1) > 0  # (B, Tv)
+    if query_mask is not None:
+        rows = ops.logical_and(rows, ops.cast(query_mask, "bool"))
+    return keys[:, None, None, :], rows
+
+
+def zero_rows(output, rows):
+    """Zeros for the queries with no key (our guarantee)."""
+    if rows is None:
+        return output
+    rank = len(rows.shape)
+    rows = ops.broadcast_to(ops.cast(rows, "bool"), ops.shape(output)[:rank])
+    for _ in range(len(output.shape) - rank):
+        rows = rows[..., None]
+    return ops.where(rows, output, ops.zeros_like(output))
+
+
+def written_mask(query_mask, length, offset):
+    """`(B, length)`: the query mask of the new steps written at `offset`
+    into an all-valid key mask of the cache's length."""
+    batch = ops.shape(query_mask)[0]
+    keys = ops.ones((batch, length), "int32")
+    new = ops.cast(ops.cast(query_mask, "bool"), "int32")
+    return ops.cast(ops.slice_update(keys, (0, offset), new), "bool")

@@ -1,0 +1,1 @@
+"""Training helpers: callbacks and distribution."""
