@@ -76,10 +76,16 @@ def build_parser():
     _texts(p, "reviews (default: samples)")
     p.add_argument("--model", default=None, help="a .keras text model")
     p = sub.add_parser("demo", help="train a tiny model on a generated task")
-    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument(
+        "--epochs", type=int, default=8, help="training epochs (default: 8)"
+    )
     p = sub.add_parser("explain", help="attention HTML + PNG for one text")
-    p.add_argument("model", help="a .keras text model or its folder")
-    p.add_argument("text", nargs="?", default=None)
+    p.add_argument(
+        "model",
+        help="a .keras text model or its folder, or a .tflite with an "
+        "attention output (the shipped imdb_edge file)",
+    )
+    p.add_argument("text", nargs="?", default=None, help="the text (or --file)")
     p.add_argument(
         "--file", default=None, metavar="PATH", help="the text from a file"
     )
