@@ -4,6 +4,8 @@ and Hugging Face's `tokenizers` give the same ids; a subword translator
 serves the same translation from its SavedModel and its LiteRT file, with
 numbers copied and pieces joined."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -213,3 +215,38 @@ def test_subword_translator_serves_one_answer_everywhere(vocab, tmp_path):
     assert greedy["source_truncated"].numpy().tolist() == [False] * 4
     long = translator.translate_greedy(tf.constant(["cat " * 17]))
     assert long["source_truncated"].numpy().tolist() == [True]
+
+
+PAIRS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    *"../shared/data/translation/pairs.tsv".split("/"),
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isfile(PAIRS), reason="pairs.tsv not found")
+def test_same_ids_on_every_validation_sentence_and_reference():
+    """A vocabulary learned on the training pairs (as the example learns
+    it); every English validation sentence and every French reference (the
+    strings hypotheses look like) gets the same ids in the graph, in NumPy
+    and from `tokenizers`."""
+    from keras_attn import seq2seq
+
+    train, val = seq2seq.split_by_source(seq2seq.read_pairs(PAIRS), 0.1, 1337)
+    texts = sorted({t for pair in val for t in pair})
+    assert len(texts) > 6000
+    vocab = wordpiece_vocabulary(
+        [t for pair in train for t in pair], 4000, split_sentence
+    )
+    vec = WordPieceVectorizer(vocab, split_sentence)
+    index = {t: i for i, t in enumerate(vec.get_vocabulary())}
+    mismatches = []
+    for start in range(0, len(texts), 1024):
+        batch = texts[start : start + 1024]
+        ids = vec.tokens(tf.constant(batch))[0].numpy()
+        for row, text in zip(ids, batch, strict=True):
+            got = [int(i) for i in row if i]
+            np_ids, _ = wordpiece(np_split(text).split(), index)
+            if not got == np_ids == reference_ids(vocab, text):
+                mismatches.append(text)
+    assert not mismatches, mismatches[:5]
