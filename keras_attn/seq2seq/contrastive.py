@@ -18,9 +18,7 @@ from keras_attn.seq2seq.search import (
 
 def _unit(x):
     """Rows of `x (..., D)` scaled to length 1 (zero rows stay zero)."""
-    x = ops.cast(x, "float32")
-    norm = ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True))
-    return x / ops.maximum(norm, 1e-12)
+    return ops.normalize(ops.cast(x, "float32"), axis=-1, order=2)
 
 
 def contrastive_search(

@@ -5,7 +5,7 @@ tfa's `ScheduledEmbeddingTrainingSampler` and
 import keras
 from keras import layers, ops
 
-from keras_attn.seq2seq.search import NEG_INF
+from keras_attn.seq2seq.search import ban, inverse_cdf
 
 MODES = ("embedding", "output")
 
@@ -166,11 +166,7 @@ class ScheduledSampling(layers.Layer):
     def _sample(self, logits, u):
         """An id from `softmax(logits)` (padding id 0 excluded), by the
         inverse CDF at the uniform numbers `u (B,)`."""
-        logits = ops.cast(logits, "float32")
-        logits = ops.where(ops.arange(logits.shape[-1]) == 0, NEG_INF, logits)
-        cdf = ops.cumsum(ops.softmax(logits, axis=-1), axis=-1)
-        token = ops.sum(ops.cast(cdf < u[:, None] * cdf[:, -1:], "int32"), -1)
-        return ops.minimum(token, logits.shape[-1] - 1)
+        return inverse_cdf(ban(logits, (0,)), u)
 
     def call(
         self,

@@ -279,14 +279,19 @@ def sample_search(
             logits = ops.where(logits < kth, NEG_INF, logits)
         if top_p is not None:
             logits = nucleus(logits, top_p)
-        cdf = ops.cumsum(ops.softmax(logits, axis=-1), axis=-1)  # (B, V)
-        u = ops.take(uniform, index, axis=0)[:, None] * cdf[:, -1:]  # (B, 1)
-        token = ops.sum(ops.cast(cdf < u, "int32"), axis=-1)
-        return ops.minimum(token, ops.shape(logits)[-1] - 1)
+        return inverse_cdf(logits, ops.take(uniform, index, axis=0))
 
     return _token_search(
         step_fn, state, start_id, end_id, max_length, banned_ids, pick
     )
+
+
+def inverse_cdf(logits, u):
+    """A token per row of `logits (B, V)` drawn from their softmax by the
+    inverse CDF at the uniform numbers `u (B,)` in `[0, 1)`."""
+    cdf = ops.cumsum(ops.softmax(logits, axis=-1), axis=-1)  # (B, V)
+    token = ops.sum(ops.cast(cdf < u[:, None] * cdf[:, -1:], "int32"), -1)
+    return ops.minimum(token, ops.shape(logits)[-1] - 1)
 
 
 def nucleus(logits, top_p):
