@@ -39,6 +39,7 @@ LAYER_SUITE = [
     "tests/test_tfa_attention_wrapper.py",
     "tests/test_mhp_cache.py",
     "tests/test_positions_heads.py",
+    "tests/test_grouped_query.py",
     "tests/test_float64.py",
     "tests/test_non_finite_padding.py",
     "tests/test_sequence_loss.py",

@@ -1,4 +1,4 @@
-"""`keras_attn.training.distribute` and `examples/imdb_distributed.py`.
+"""`keras_attn.training.distribute` and `recipes/imdb_distributed.py`.
 
 The fast tests check the custom step against `model.fit` on one device and
 the argument errors. The slow tests start real processes: two
@@ -21,7 +21,7 @@ import keras_attn
 from keras_attn.training import distribute
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLE = os.path.join(ROOT, "examples", "imdb_distributed.py")
+EXAMPLE = os.path.join(ROOT, "recipes", "imdb_distributed.py")
 TINY = ["--limit", "290", "--length", "64", "--batch-size", "16"]
 TINY += ["--no-dropout"]
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(ROOT, "recipes"))
 PAIRS = os.path.join(ROOT, "..", "shared", "data", "translation", "pairs.tsv")
 needs_pairs = pytest.mark.skipif(
     not os.path.isfile(PAIRS), reason="pairs.tsv not found"

@@ -5,16 +5,14 @@ import math
 import keras
 from keras import layers, ops
 
-from keras_attn.layers import _sublayers
+from keras_attn.layers import _attention_arguments, _sublayers
 from keras_attn.ops import masking, scores
 from keras_attn.validation import (
     check_attention_masks,
     check_batch,
     check_features,
     check_key_value,
-    check_rate,
     clone_initializer,
-    positive_int,
     set_output_mask,
 )
 
@@ -137,40 +135,17 @@ class Attention(layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if score_mode is not None:  # Keras's name for the two it has
-            if score_mode not in ("dot", "concat"):
-                raise ValueError(
-                    "Invalid value for argument score_mode. Expected one of "
-                    "{'dot', 'concat'} (or give `score`: any of "
-                    f"{scores.SCORES}). Received: score_mode={score_mode!r}"
-                )
-            if score not in ("dot", score_mode):
-                raise ValueError(
-                    "Give score or score_mode, not both. Received: "
-                    f"score={score!r}, score_mode={score_mode!r}"
-                )
-            score = score_mode
-        if score not in scores.SCORES:
-            raise ValueError(
-                f"Expected score to be one of {scores.SCORES}. "
-                f"Received: score={score!r}"
-            )
-        if score == "additive":
-            positive_int("units", units)
-        else:
-            positive_int("units", units, allow_none=True)
-        if score == "low_rank":
-            positive_int("rank", rank)
-        else:
-            positive_int("rank", rank, allow_none=True)
-        check_rate("dropout", dropout)
-        positive_int("chunk_size", chunk_size, allow_none=True)
-        if use_scale and score == "additive":
-            raise ValueError(
-                "The additive score is already scaled by its learned `v`: "
-                "use_scale is for the multiplicative scores. Received: "
-                "score='additive', use_scale=True"
-            )
+        score = _attention_arguments.check_arguments(
+            score,
+            units,
+            rank,
+            dropout,
+            chunk_size,
+            use_scale,
+            normalize,
+            use_bias,
+            score_mode,
+        )
         self.score = score
         self.chunk_size = chunk_size
         self.units = units
@@ -182,12 +157,6 @@ class Attention(layers.Layer):
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
         self.use_scale = use_scale
-        if normalize and (score != "additive" or not use_bias):
-            raise ValueError(
-                "normalize is weight normalization of the additive score's "
-                "v, with its bias. Received: "
-                f"score={score!r}, use_bias={use_bias!r}, normalize=True"
-            )
         self.normalize = bool(normalize)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
@@ -268,35 +237,14 @@ class Attention(layers.Layer):
         if query_shape is None:  # Keras's name for the list of shapes
             query_shape = kwargs.get("input_shape")
         if value_shape is None:  # Keras's convention: [query, value, key]
-            query_shape, value_shape, key_shape = _split(
+            query_shape, value_shape, key_shape = _attention_arguments.split(
                 query_shape, "query_shape"
             )
         key_shape = value_shape if key_shape is None else key_shape
-        for name, shape in (
-            ("query", query_shape),
-            ("value", value_shape),
-            ("key", key_shape),
-        ):
-            if len(shape) < 3:
-                raise ValueError(
-                    f"Expected {name} to have rank 3 (batch, time, "
-                    "features) or more (batch, ..., time, features). "
-                    f"Received: {name}.shape={tuple(shape)}"
-                )
-        if len({len(query_shape), len(value_shape), len(key_shape)}) > 1:
-            raise ValueError(
-                "Expected query, value and key of the same rank. Received: "
-                f"query.shape={tuple(query_shape)}, "
-                f"value.shape={tuple(value_shape)}, "
-                f"key.shape={tuple(key_shape)}"
-            )
+        _attention_arguments.check_build_shapes(
+            self.score, query_shape, value_shape, key_shape
+        )
         dq, dk = query_shape[-1], key_shape[-1]
-        if self.score in ("dot", "scaled_dot", "concat") and dq != dk:
-            raise ValueError(
-                f'score="{self.score}" needs query and key of the same '
-                f"width. Received: query.shape={tuple(query_shape)}, "
-                f"key.shape={tuple(key_shape)}"
-            )
         self._widths = {}
         if self.score not in ("dot", "scaled_dot", "concat"):
             self._widths = {"query": dq, "key": dk}  # fixed by the weights
@@ -403,8 +351,10 @@ class Attention(layers.Layer):
         mask=None,
     ):
         if value is None:  # Keras's convention: [query, value, key], mask=[...]
-            query, value, key, query_mask, value_mask = _keras_convention(
-                query, query_mask, value_mask, mask
+            query, value, key, query_mask, value_mask = (
+                _attention_arguments.keras_convention(
+                    query, query_mask, value_mask, mask
+                )
             )
         key = value if key is None else key
         check_key_value(value.shape, key.shape)
@@ -501,7 +451,7 @@ class Attention(layers.Layer):
         if query_shape is None:  # Keras's name for the list of shapes
             query_shape = kwargs.get("input_shape")
         if value_shape is None:
-            query_shape, value_shape, key_shape = _split(
+            query_shape, value_shape, key_shape = _attention_arguments.split(
                 query_shape, "query_shape"
             )
         if key_shape is not None:
@@ -521,8 +471,10 @@ class Attention(layers.Layer):
         mask=None,
     ):
         if value is None:
-            query, value, key, query_mask, _ = _keras_convention(
-                query, query_mask, value_mask, mask
+            query, value, key, query_mask, _ = (
+                _attention_arguments.keras_convention(
+                    query, query_mask, value_mask, mask
+                )
             )
         if key is not None:
             check_key_value(value.shape, key.shape)
@@ -570,39 +522,3 @@ class Attention(layers.Layer):
                 self.bias_regularizer
             ),
         }
-
-
-def _split(inputs, name):
-    """`[query, value]` or `[query, value, key]` (Keras's `Attention`
-    convention) as `(query, value, key)`."""
-    if (
-        not isinstance(inputs, (list, tuple))
-        or len(inputs) not in (2, 3)
-        or any(x is None or isinstance(x, int) for x in inputs)  # one shape
-    ):
-        raise ValueError(
-            "Attention must be called on a list [query, value] or [query, "
-            "value, key] (length 2 or 3), as keras.layers.Attention takes, "
-            f"or with `value`. Received: {name}={inputs!r}"
-        )
-    query, value, *rest = inputs
-    return query, value, (rest[0] if rest else None)
-
-
-def _keras_convention(inputs, query_mask, value_mask, mask):
-    """`(query, value, key, query_mask, value_mask)` from Keras's
-    `layer([query, value(, key)], mask=[query_mask, value_mask])`; Keras
-    itself may hand the list of masks over as `query_mask`."""
-    query, value, key = _split(inputs, "inputs")
-    if isinstance(query_mask, (list, tuple)):
-        mask, query_mask = (query_mask if mask is None else mask), None
-    if mask is not None:
-        if not isinstance(mask, (list, tuple)) or len(mask) not in (2, 3):
-            raise ValueError(
-                "With list inputs the layer mask must be a list [query_mask, "
-                "value_mask] (length 2 or 3), as keras.layers.Attention "
-                f"takes. Received: mask={mask!r}"
-            )
-        query_mask = mask[0] if query_mask is None else query_mask
-        value_mask = mask[1] if value_mask is None else value_mask
-    return query, value, key, query_mask, value_mask

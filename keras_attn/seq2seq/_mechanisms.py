@@ -1,10 +1,59 @@
 """The attention side of `AttentionDecoder`: one mechanism or several
 (tfa's list: one memory each, contexts concatenated)."""
 
-from keras import layers
+from keras import layers, ops
 
 from keras_attn.layers.attention import Attention
 from keras_attn.seq2seq.monotonic import MonotonicAttention
+from keras_attn.validation import positive_int
+
+ORDERS = ("luong", "bahdanau")
+
+
+def check_arguments(cell, attention_order, attentional_units, attention_layer):
+    """Raise, naming the argument, on a bad `AttentionDecoder` argument;
+    return `(cell, attention_layer)` deserialized."""
+    if isinstance(cell, dict):
+        cell = layers.deserialize(cell)
+    if not hasattr(cell, "state_size") or not callable(cell):
+        raise ValueError(
+            "Expected cell to be a Keras RNN cell (with `state_size`). "
+            f"Received: cell={cell!r}"
+        )
+    for name in ("dropout", "recurrent_dropout"):
+        if getattr(cell, name, 0):
+            raise ValueError(
+                f"Expected the cell's {name} to be 0 (put dropout around "
+                f"the decoder). Received: cell.{name}="
+                f"{getattr(cell, name)!r}"
+            )
+    if attention_order not in ORDERS:
+        raise ValueError(
+            f"Expected attention_order to be one of {ORDERS}. "
+            f"Received: attention_order={attention_order!r}"
+        )
+    positive_int("attentional_units", attentional_units, allow_none=True)
+    if isinstance(attention_layer, dict):
+        attention_layer = layers.deserialize(attention_layer)
+    if attention_layer is not None and (
+        attentional_units or not isinstance(attention_layer, layers.Layer)
+    ):
+        raise ValueError(
+            "Expected attention_layer to be a Keras layer, given without "
+            "attentional_units. Received: attention_layer="
+            f"{attention_layer!r}, attentional_units={attentional_units!r}"
+        )
+    return cell, attention_layer
+
+
+def output_size(attentional_units, attentional_layer, width):
+    """The decoder's output width for `[cell output; contexts]` of
+    `width`: the attentional layer's, else `width`."""
+    if attentional_units:
+        return attentional_units
+    if attentional_layer is not None:
+        return attentional_layer.compute_output_shape((None, width))[-1]
+    return width
 
 
 def each(fn, x):
@@ -21,6 +70,26 @@ def attend_one(attention, query, memory, memory_mask, training):
         training=training,
     )  # (B, 1, D), (B, 1, S)
     return context[:, 0], weights[:, 0]
+
+
+def attend_sequence(mechanisms, queries, memories, masks, query_mask, training):
+    """All steps' queries `(B, T, U)` at once: the contexts concatenated
+    `(B, T, ΣD)` and each mechanism's alignments `(B, T, S)`."""
+    masks = masks or [None] * len(memories)
+    pairs = [
+        m(
+            queries,
+            h,
+            query_mask=query_mask,
+            value_mask=k,
+            return_attention_scores=True,
+            training=training,
+        )
+        for m, h, k in zip(mechanisms, memories, masks, strict=True)
+    ]
+    return ops.concatenate([c for c, _ in pairs], axis=-1), [
+        w for _, w in pairs
+    ]
 
 
 def mechanism_list(mechanisms, monotonic):

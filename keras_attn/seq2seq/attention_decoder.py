@@ -6,14 +6,15 @@ from keras import layers, ops
 from keras_attn.layers.attention import Attention
 from keras_attn.seq2seq._mechanisms import (
     attend_one,
+    attend_sequence,
+    check_arguments,
     each,
     mechanism_list,
     memory_shapes,
+    output_size,
 )
 from keras_attn.seq2seq.monotonic import MonotonicAttention, initial_alignment
-from keras_attn.validation import clone_initializer, positive_int
-
-ORDERS = ("luong", "bahdanau")
+from keras_attn.validation import clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -154,36 +155,9 @@ class AttentionDecoder(layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if isinstance(cell, dict):
-            cell = layers.deserialize(cell)
-        if not hasattr(cell, "state_size") or not callable(cell):
-            raise ValueError(
-                "Expected cell to be a Keras RNN cell (with `state_size`). "
-                f"Received: cell={cell!r}"
-            )
-        for name in ("dropout", "recurrent_dropout"):
-            if getattr(cell, name, 0):
-                raise ValueError(
-                    f"Expected the cell's {name} to be 0 (put dropout around "
-                    f"the decoder). Received: cell.{name}="
-                    f"{getattr(cell, name)!r}"
-                )
-        if attention_order not in ORDERS:
-            raise ValueError(
-                f"Expected attention_order to be one of {ORDERS}. "
-                f"Received: attention_order={attention_order!r}"
-            )
-        positive_int("attentional_units", attentional_units, allow_none=True)
-        if isinstance(attention_layer, dict):
-            attention_layer = layers.deserialize(attention_layer)
-        if attention_layer is not None and (
-            attentional_units or not isinstance(attention_layer, layers.Layer)
-        ):
-            raise ValueError(
-                "Expected attention_layer to be a Keras layer, given without "
-                "attentional_units. Received: attention_layer="
-                f"{attention_layer!r}, attentional_units={attentional_units!r}"
-            )
+        cell, attention_layer = check_arguments(
+            cell, attention_order, attentional_units, attention_layer
+        )
         self.cell = cell
         self.score = score
         self.units = units
@@ -253,12 +227,9 @@ class AttentionDecoder(layers.Layer):
         shapes = memory_shapes(memory_shape, self.mechanisms)
         cell_units = self.cell.output_size
         width = sum(shape[-1] for shape in shapes)
-        self.output_size = self.attentional_units or width + cell_units
-        if self.attentional_layer is not None and not self.attentional_units:
-            shape = self.attentional_layer.compute_output_shape(
-                (None, width + cell_units)
-            )
-            self.output_size = shape[-1]
+        self.output_size = output_size(
+            self.attentional_units, self.attentional_layer, width + cell_units
+        )
         cell_in = inputs_shape[-1]
         cell_in += self.output_size if self.input_feeding else 0
         cell_in += width if self.attention_order == "bahdanau" else 0
@@ -468,20 +439,9 @@ class AttentionDecoder(layers.Layer):
             memories, masks = memory, memory_mask
             if self.mechanisms is None:
                 memories, masks = [memory], [memory_mask]
-            masks = masks or [None] * len(memories)
-            pairs = [
-                m(
-                    cell_out,
-                    h,
-                    query_mask=mask,
-                    value_mask=k,
-                    return_attention_scores=True,
-                    training=training,
-                )  # (B, T, D), (B, T, S)
-                for m, h, k in zip(mechanisms, memories, masks, strict=True)
-            ]
-            context = ops.concatenate([c for c, _ in pairs], axis=-1)
-            alignments = [w for _, w in pairs]
+            context, alignments = attend_sequence(
+                mechanisms, cell_out, memories, masks, mask, training
+            )
             if self.mechanisms is None:
                 alignments = alignments[0]
             outputs = self._output(context, cell_out)
@@ -510,10 +470,9 @@ class AttentionDecoder(layers.Layer):
         memories = memory if self.mechanisms is not None else [memory]
         cell_units = self.cell.output_size
         width = sum(m.shape[-1] for m in memories)
-        size = self.attentional_units or width + cell_units
-        if self.attentional_layer is not None and not self.attentional_units:
-            shape = (None, width + cell_units)
-            size = self.attentional_layer.compute_output_shape(shape)[-1]
+        size = output_size(
+            self.attentional_units, self.attentional_layer, width + cell_units
+        )
         dtype = self.compute_dtype
         sizes = self.cell.state_size
         sizes = list(sizes) if isinstance(sizes, (list, tuple)) else [sizes]

@@ -17,7 +17,7 @@ Two paths, one per backend family:
   `initialize_jax` joins several processes (machines) into one job, CPU
   processes included.
 
-`examples/imdb_distributed.py` runs every path; docs/distributed.md shows
+`recipes/imdb_distributed.py` runs every path; docs/distributed.md shows
 how to start the workers.
 """
 

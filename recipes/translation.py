@@ -5,7 +5,7 @@ Description: A GRU encoder, a `keras_attn.seq2seq.AttentionDecoder`, beam
 search inside the exported graph, cased French with numbers and names
 copied through attention, and a LiteRT model that translates in one call.
 
-Run it: `python examples/translation.py --out saved_models` (at most 30
+Run it: `python recipes/translation.py --out saved_models` (at most 30
 minutes on two CPU cores; `--limit 2000 --epochs 1` for a quick look).
 Results: docs/results.md.
 """
@@ -339,11 +339,12 @@ def main(
     verbose=2,
     build=None,
     name="translation_en_fr",
+    describe=None,
     **overrides,
 ):
     """Train (or load `weights`), evaluate on validation, export to
-    `out/name`. `build` defaults to `build_models`; `overrides` replace
-    `HPARAMS` entries."""
+    `out/name`. `build` defaults to `build_models`; `describe(hp)` adds
+    entries to the metrics; `overrides` replace `HPARAMS` entries."""
     hp = {**HPARAMS, **overrides}
     keras.utils.set_random_seed(hp["seed"])
     if not os.path.isfile(pairs):
@@ -406,6 +407,7 @@ def main(
         "examples": examples[:10],
         "bleu": "sacrebleu corpus_bleu, 13a, all references; cased headline",
         "versions": versions(),
+        **(describe(hp) if describe else {}),
     }
     print(f"{name}: val BLEU {beam['bleu_cased']:.2f} (cased, beam search)")
     if out:

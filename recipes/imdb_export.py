@@ -8,7 +8,7 @@ full-integer int8: the size, the max |LiteRT − Keras| difference on 1,000
 test reviews, and the accuracy on the full test split (LiteRT only, with
 the pure-Python tokenizer).
 
-    python examples/imdb_export.py saved_models/imdb_ssa [--ship-int8 dynamic]
+    python recipes/imdb_export.py saved_models/imdb_ssa [--ship-int8 dynamic]
 """
 
 import argparse
@@ -156,7 +156,7 @@ def main(argv=None):
     with open(report_path, "w") as f:
         json.dump(
             {
-                "command": "python examples/imdb_export.py "
+                "command": "python recipes/imdb_export.py "
                 + " ".join(argv or sys.argv[1:]),
                 **report,
             },

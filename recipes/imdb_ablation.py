@@ -6,7 +6,7 @@ the same train/validation split (test is never touched), and
 records the validation accuracy and the mean pairwise overlap of the hops
 (the off-diagonal mass of AAᵀ on validation reviews).
 
-    python examples/imdb_ablation.py --epochs 3 --out ablation.json
+    python recipes/imdb_ablation.py --epochs 3 --out ablation.json
 """
 
 import argparse
@@ -78,7 +78,7 @@ def main(argv=None):
     with open(args.out, "w") as f:
         json.dump(
             {
-                "command": "python examples/imdb_ablation.py "
+                "command": "python recipes/imdb_ablation.py "
                 + " ".join(argv or sys.argv[1:]),
                 "rows": table,
             },

@@ -5,7 +5,7 @@ Description: The same two-block Transformer encoder on IMDB, built once
 from `keras_attn` layers and once from Keras built-ins, trained on the same
 data in the same run.
 
-Run it: `python examples/imdb_mhp.py` (`--limit 2000 --epochs 1` for a
+Run it: `python recipes/imdb_mhp.py` (`--limit 2000 --epochs 1` for a
 quick look). Results: docs/results.md.
 """
 

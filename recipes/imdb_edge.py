@@ -6,7 +6,7 @@ hashed word pairs, pooled by `StructuredSelfAttention`) whose LiteRT file
 is full-integer: int8 weights and int8 activations, for NPUs, the Edge TPU
 and microcontrollers.
 
-Run it: `python examples/imdb_edge.py --out saved_models` (about ten
+Run it: `python recipes/imdb_edge.py --out saved_models` (about ten
 minutes on two CPU cores, most of it measuring the LiteRT files;
 `--limit 2000 --epochs 1` for a quick look).
 Results: docs/results.md.
@@ -355,7 +355,7 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
             model.save(os.path.join(folder, "model.keras"))
             with open(os.path.join(folder, "metrics.json"), "w") as f:
                 json.dump(metrics, f, indent=2)
-            command = "python examples/imdb_edge.py --out " + out
+            command = "python recipes/imdb_edge.py --out " + out
             with open(os.path.join(folder, "litert.json"), "w") as f:
                 json.dump(litert_report(metrics, split, command), f, indent=2)
     return metrics

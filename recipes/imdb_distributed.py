@@ -10,7 +10,7 @@ Run it (two machines, or two terminals on one):
 
     TF_CONFIG=$(python -c "from keras_attn.training.distribute import \
 tf_config; print(tf_config(['host1:12345', 'host2:12345'], 0))") \
-    python examples/imdb_distributed.py --strategy multi-worker
+    python recipes/imdb_distributed.py --strategy multi-worker
 
 and the same with index 1 on the second machine. More in
 docs/distributed.md.

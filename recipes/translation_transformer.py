@@ -5,7 +5,7 @@ Description: The sibling of `translation.py`: same data, vocabularies,
 training, search, evaluation and export, with a Transformer built from
 `MultiHeadPositional` layers that decodes with a key/value cache.
 
-Run it: `python examples/translation_transformer.py --out saved_models`
+Run it: `python recipes/translation_transformer.py --out saved_models`
 (at most 30 minutes on two CPU cores). Results beside the GRU's:
 docs/results.md.
 """
@@ -40,6 +40,8 @@ HPARAMS = {
     "feed_forward_dim": 512,
     "learning_rate": 1e-3,
     "dropout": 0.1,
+    "position": "sinusoidal",  # or "rotary", "alibi", "learned", "none"
+    "key_value_heads": 0,  # 0: one per head; fewer: grouped-query (1: MQA)
 }
 
 
@@ -48,7 +50,14 @@ def build_transformer(src_vocab, tgt_vocab, hp):
     norm = keras.layers.LayerNormalization
 
     def attention():
-        return MultiHeadPositional(hp["heads"], d // hp["heads"], dropout=drop)
+        return MultiHeadPositional(
+            hp["heads"],
+            d // hp["heads"],
+            dropout=drop,
+            position=None if hp["position"] == "none" else hp["position"],
+            max_length=max(hp["source_length"], hp["target_length"]),
+            num_key_value_heads=hp["key_value_heads"] or None,
+        )
 
     def feed_forward():  # x + W₂ relu(W₁ norm(x))
         layers = [
@@ -124,6 +133,15 @@ def build_transformer(src_vocab, tgt_vocab, hp):
     return trainer, encode, step_fn
 
 
+def cache_bytes_per_token(hp):
+    """Bytes the decoder's self-attention caches grow by per decoded
+    token (float32): keys and values of `key_value_heads` heads in each
+    layer. Grouped-query heads divide it by `heads / key_value_heads`."""
+    key_dim = hp["units"] // hp["heads"]
+    heads = hp["key_value_heads"] or hp["heads"]
+    return hp["layers"] * 2 * heads * key_dim * 4
+
+
 """
 ## Train, evaluate, export
 
@@ -148,6 +166,9 @@ def main(
         verbose,
         build=build_transformer,
         name="translation_en_fr_transformer",
+        describe=lambda hp: {
+            "kv_cache_bytes_per_token": cache_bytes_per_token(hp)
+        },
         **{**HPARAMS, **overrides},
     )
 

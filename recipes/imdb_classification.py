@@ -4,7 +4,7 @@ Author: keras_attn contributors
 Description: Lin et al.'s self-attentive sentence embedding on IMDB, from
 raw text to an exported model whose attention you can read.
 
-Run it: `python examples/imdb_classification.py --out saved_models`
+Run it: `python recipes/imdb_classification.py --out saved_models`
 (about ten minutes on two CPU cores; `--limit 2000 --epochs 1` for a
 quick look). Results: docs/results.md.
 """
@@ -214,7 +214,7 @@ def show_attention(text_model, texts):
 
 The `.keras` file reloads with `keras.models.load_model` after
 `import keras_attn`. The SavedModel takes raw strings (TF Serving), and
-runs where `keras_attn` is not installed. `examples/imdb_export.py` adds
+runs where `keras_attn` is not installed. `recipes/imdb_export.py` adds
 the LiteRT files.
 """
 
