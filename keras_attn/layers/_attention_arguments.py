@@ -1,8 +1,10 @@
-"""Checks of `Attention`'s arguments and shapes, and Keras's list
-convention (`layer([query, value(, key)], mask=[...])`)."""
+"""`Attention`'s arguments and inputs: checks, Keras's list convention
+(`layer([query, value(, key)], mask=[...])`) and N-D inputs."""
+
+from keras import ops
 
 from keras_attn.ops import scores
-from keras_attn.validation import check_rate, positive_int
+from keras_attn.validation import check_rate, positive_int, set_output_mask
 
 
 def check_arguments(
@@ -125,3 +127,48 @@ def keras_convention(inputs, query_mask, value_mask, mask):
         query_mask = mask[0] if query_mask is None else query_mask
         value_mask = mask[1] if value_mask is None else value_mask
     return query, value, key, query_mask, value_mask
+
+
+def call_nd(
+    call,
+    query,
+    value,
+    key,
+    query_mask,
+    value_mask,
+    use_causal_mask,
+    return_attention_scores,
+    training,
+):
+    """`call` on `(B, ..., T, D)` inputs, as `keras.layers.Attention`
+    takes them: every axis before the time axis is a batch axis."""
+    if len(value.shape) != len(query.shape):
+        raise ValueError(
+            "Expected query and value of the same rank. Received: "
+            f"query.shape={tuple(query.shape)}, "
+            f"value.shape={tuple(value.shape)}"
+        )
+    lead = ops.shape(query)[:-2]
+
+    def flat(x, keep):
+        if x is None:
+            return None
+        shape = ops.shape(x)
+        return ops.reshape(x, (-1, *shape[len(shape) - keep :]))
+
+    result = call(
+        flat(query, 2),
+        flat(value, 2),
+        flat(key, 2),
+        query_mask=flat(query_mask, 1),
+        value_mask=flat(value_mask, 1),
+        use_causal_mask=use_causal_mask,
+        return_attention_scores=return_attention_scores,
+        training=training,
+    )
+    context, weights = result if return_attention_scores else (result, 0)
+    context = ops.reshape(context, (*lead, *ops.shape(context)[1:]))
+    set_output_mask(context, query_mask)
+    if not return_attention_scores:
+        return context
+    return context, ops.reshape(weights, (*lead, *ops.shape(weights)[1:]))

@@ -359,7 +359,8 @@ class Attention(layers.Layer):
         key = value if key is None else key
         check_key_value(value.shape, key.shape)
         if len(query.shape) > 3:
-            return self._call_nd(
+            return _attention_arguments.call_nd(
+                self.call,
                 query,
                 value,
                 key,
@@ -394,50 +395,6 @@ class Attention(layers.Layer):
         if return_attention_scores:
             return context, weights
         return context
-
-    def _call_nd(
-        self,
-        query,
-        value,
-        key,
-        query_mask,
-        value_mask,
-        use_causal_mask,
-        return_attention_scores,
-        training,
-    ):
-        """`(B, ..., T, D)` inputs, as `keras.layers.Attention`: every
-        axis before the time axis is a batch axis."""
-        if len(value.shape) != len(query.shape):
-            raise ValueError(
-                "Expected query and value of the same rank. Received: "
-                f"query.shape={tuple(query.shape)}, "
-                f"value.shape={tuple(value.shape)}"
-            )
-        lead = ops.shape(query)[:-2]
-
-        def flat(x, keep):
-            if x is None:
-                return None
-            shape = ops.shape(x)
-            return ops.reshape(x, (-1, *shape[len(shape) - keep :]))
-
-        result = self.call(
-            flat(query, 2),
-            flat(value, 2),
-            flat(key, 2),
-            query_mask=flat(query_mask, 1),
-            value_mask=flat(value_mask, 1),
-            use_causal_mask=use_causal_mask,
-            return_attention_scores=return_attention_scores,
-            training=training,
-        )
-        context, weights = result if return_attention_scores else (result, 0)
-        context = ops.reshape(context, (*lead, *ops.shape(context)[1:]))
-        set_output_mask(context, query_mask)
-        if not return_attention_scores:
-            return context
-        return context, ops.reshape(weights, (*lead, *ops.shape(weights)[1:]))
 
     def compute_mask(self, inputs, mask=None):
         """The query's mask (the first of a list of masks)."""

@@ -1,6 +1,7 @@
 """The attention side of `AttentionDecoder`: one mechanism or several
 (tfa's list: one memory each, contexts concatenated)."""
 
+import keras
 from keras import layers, ops
 
 from keras_attn.layers.attention import Attention
@@ -130,3 +131,31 @@ def memory_shapes(memory_shape, mechanisms):
             f"Received: {len(shapes)} memories"
         )
     return shapes
+
+
+def output_spec(decoder, inputs, memory):
+    """`AttentionDecoder.compute_output_spec`: outputs, alignments (one
+    per memory with several mechanisms) and states."""
+    batch, steps = inputs.shape[0], inputs.shape[1]
+    memories = memory if decoder.mechanisms is not None else [memory]
+    cell_units = decoder.cell.output_size
+    width = sum(m.shape[-1] for m in memories)
+    size = output_size(
+        decoder.attentional_units, decoder.attentional_layer, width + cell_units
+    )
+    dtype = decoder.compute_dtype
+    sizes = decoder.cell.state_size
+    sizes = list(sizes) if isinstance(sizes, (list, tuple)) else [sizes]
+    if decoder.input_feeding:
+        sizes.append(size)
+    if decoder.monotonic is not None:
+        sizes.append(memory.shape[1])
+    aligned = [
+        keras.KerasTensor((batch, steps, m.shape[1]), dtype=dtype)
+        for m in memories
+    ]
+    return (
+        keras.KerasTensor((batch, steps, size), dtype=dtype),
+        aligned if decoder.mechanisms is not None else aligned[0],
+        [keras.KerasTensor((batch, s), dtype=dtype) for s in sizes],
+    )

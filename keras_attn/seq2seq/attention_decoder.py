@@ -12,6 +12,7 @@ from keras_attn.seq2seq._mechanisms import (
     mechanism_list,
     memory_shapes,
     output_size,
+    output_spec,
 )
 from keras_attn.seq2seq.monotonic import MonotonicAttention, initial_alignment
 from keras_attn.validation import clone_initializer
@@ -466,29 +467,7 @@ class AttentionDecoder(layers.Layer):
         return [previous_mask, aligned] + [None] * n
 
     def compute_output_spec(self, inputs, memory, initial_state=None, **kw):
-        batch, steps = inputs.shape[0], inputs.shape[1]
-        memories = memory if self.mechanisms is not None else [memory]
-        cell_units = self.cell.output_size
-        width = sum(m.shape[-1] for m in memories)
-        size = output_size(
-            self.attentional_units, self.attentional_layer, width + cell_units
-        )
-        dtype = self.compute_dtype
-        sizes = self.cell.state_size
-        sizes = list(sizes) if isinstance(sizes, (list, tuple)) else [sizes]
-        if self.input_feeding:
-            sizes.append(size)
-        if self.monotonic is not None:
-            sizes.append(memory.shape[1])
-        aligned = [
-            keras.KerasTensor((batch, steps, m.shape[1]), dtype=dtype)
-            for m in memories
-        ]
-        return (
-            keras.KerasTensor((batch, steps, size), dtype=dtype),
-            aligned if self.mechanisms is not None else aligned[0],
-            [keras.KerasTensor((batch, s), dtype=dtype) for s in sizes],
-        )
+        return output_spec(self, inputs, memory)
 
     def get_config(self):
         return {
