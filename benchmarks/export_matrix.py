@@ -1,8 +1,8 @@
 """Each layer configuration through each export path: error and op types.
 
 `python -m benchmarks.export_matrix` prints two Markdown tables for the
-models of `tests/test_export_matrix.py`: the largest error relative to the
-largest output for Keras's LiteRT and ONNX exports and for our float32,
+models of `tests/export/test_export_matrix.py`: the largest error relative
+to the largest output for Keras's LiteRT and ONNX exports and for our float32,
 float16, dynamic-range and full-integer int8 LiteRT files (with the int8
 file's size against float32), and the op types each layer configuration
 produces in LiteRT and ONNX. docs/export.md keeps a copy of the tables.
@@ -14,7 +14,7 @@ import tempfile
 import numpy as np
 
 from keras_attn import export
-from tests import test_export_matrix as matrix
+from tests.export import test_export_matrix as matrix
 
 
 def relative_error(got_by_shape, want):

@@ -7,7 +7,7 @@ as `python tools/derive_allowed_ops.py` prints them. None of them touches
 files, the network or Python: tables and variables live in memory; the
 checkpoint ops (`trust.CHECKPOINT_OPS`) are admitted only in the saver's
 own functions. An op joins this list only after a review of what it does;
-`tests/test_trust.py` checks that the list still covers every shipped and
+`tests/export/test_trust.py` checks that the list still covers every shipped and
 every export-matrix SavedModel. The WordPiece vectorizer of a subword
 translator added `Assert`, `If`/`StatelessIf` (ragged-shape checks; the
 branches are library functions, checked like any other), `LessEqual`,

@@ -18,39 +18,40 @@ pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYER_SUITE = [
-    "tests/test_attention.py",
-    "tests/test_structured_self_attention.py",
-    "tests/test_multi_head_positional.py",
-    "tests/test_positional.py",
-    "tests/test_bad_input.py",
-    "tests/test_precision.py",
-    "tests/test_ops.py",
-    "tests/test_keras_parity_bugs.py",
-    "tests/test_keras_superset.py",
-    "tests/test_keras_machinery.py",
-    "tests/test_search.py",
-    "tests/test_search_parity.py",
-    "tests/test_contrastive.py",
-    "tests/test_monotonic.py",
-    "tests/test_scheduled_sampling.py",
-    "tests/test_mechanisms.py",
-    "tests/test_seq2seq_ensemble.py",
-    "tests/test_attention_decoder.py",
-    "tests/test_tfa_attention_wrapper.py",
-    "tests/test_mhp_cache.py",
-    "tests/test_positions_heads.py",
-    "tests/test_grouped_query.py",
-    "tests/test_float64.py",
-    "tests/test_non_finite_padding.py",
-    "tests/test_sequence_loss.py",
-    "tests/test_docs_seq2seq.py",
-    "tests/test_distribute.py",
+    "tests/layers/test_attention.py",
+    "tests/layers/test_structured_self_attention.py",
+    "tests/layers/test_multi_head_positional.py",
+    "tests/ops/test_positional.py",
+    "tests/layers/test_bad_input.py",
+    "tests/layers/test_precision.py",
+    "tests/ops/test_ops.py",
+    "tests/layers/test_keras_parity_bugs.py",
+    "tests/layers/test_keras_superset.py",
+    "tests/layers/test_keras_machinery.py",
+    "tests/seq2seq/test_search.py",
+    "tests/seq2seq/test_search_parity.py",
+    "tests/seq2seq/test_contrastive.py",
+    "tests/seq2seq/test_monotonic.py",
+    "tests/seq2seq/test_scheduled_sampling.py",
+    "tests/seq2seq/test_mechanisms.py",
+    "tests/seq2seq/test_seq2seq_ensemble.py",
+    "tests/seq2seq/test_attention_decoder.py",
+    "tests/seq2seq/test_tfa_attention_wrapper.py",
+    "tests/layers/test_mhp_cache.py",
+    "tests/layers/test_positions_heads.py",
+    "tests/layers/test_grouped_query.py",
+    "tests/layers/test_float64.py",
+    "tests/layers/test_non_finite_padding.py",
+    "tests/seq2seq/test_sequence_loss.py",
+    "tests/seq2seq/test_docs_seq2seq.py",
+    "tests/training/test_distribute.py",
 ]
 
 
-def _run(backend, files, **env):
+def _run(backend, files, marks="not slow", **env):
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"] + files,
+        command + ["-m", marks] + files,
         cwd=ROOT,
         env={
             **os.environ,
@@ -71,7 +72,7 @@ def test_float64_on_jax_with_x64():
     """JAX computes float64 only with x64 on: its own process."""
     if importlib.util.find_spec("jax") is None:
         pytest.skip("jax is not installed")
-    _run("jax", ["tests/test_float64.py"], JAX_ENABLE_X64="1")
+    _run("jax", ["tests/layers/test_float64.py"], JAX_ENABLE_X64="1")
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
@@ -80,4 +81,10 @@ def test_layer_suite_passes_on(backend):
         pytest.skip(f"{backend} is not installed")
     if keras.backend.backend() == backend:
         pytest.skip(f"already running on {backend}")
-    _run(backend, LAYER_SUITE)
+    # Every test of the suite, the slow tier's included (they train and
+    # save models), but the distribution launches, which are TensorFlow's.
+    distribute = "tests/training/test_distribute.py"
+    _run(
+        backend, [f for f in LAYER_SUITE if f != distribute], "slow or not slow"
+    )
+    _run(backend, [distribute])

@@ -18,6 +18,7 @@ def test_public_names():
         assert getattr(keras_attn, name) is not None, name
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("jax") is None, reason="jax is not installed"
 )

@@ -1,7 +1,7 @@
 """Derive the SavedModel op allowlist (`keras_attn/allowed_ops.txt`).
 
 `python tools/derive_allowed_ops.py` exports every model of the export
-matrix (`tests/test_export_matrix.py`) as a SavedModel with
+matrix (`tests/export/test_export_matrix.py`) as a SavedModel with
 Keras's `model.export(format="tf_saved_model")`, reads the op types of those and
 of the shipped SavedModels (`saved_models/*/saved_model`), and prints the
 union, one op per line, without the checkpoint ops that `trust.py` admits
@@ -18,7 +18,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from keras_attn import trust  # noqa: E402
-from tests.test_export_matrix import BUILDERS  # noqa: E402
+from tests.export.test_export_matrix import BUILDERS  # noqa: E402
 
 
 def keras_standard_model():

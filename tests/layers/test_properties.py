@@ -1,7 +1,7 @@
 """Property tests: random shapes and masks against the NumPy references.
 
 Profiles: `fast` (default, a few cases per layer) and `thorough`
-(`HYPOTHESIS_PROFILE=thorough python -m pytest tests/test_properties.py`,
+(`HYPOTHESIS_PROFILE=thorough python -m pytest tests/layers/test_properties.py`,
 500 cases per layer).
 """
 
@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import keras_attn
 from tests import layer_test_case as ltc
-from tests.test_attention import np_scores
-from tests.test_multi_head_positional import np_reference as np_mhp
-from tests.test_structured_self_attention import np_reference as np_ssa
+from tests.layers.test_attention import np_scores
+from tests.layers.test_multi_head_positional import np_reference as np_mhp
+from tests.layers.test_structured_self_attention import np_reference as np_ssa
 
 settings.register_profile(
     "fast",
@@ -120,7 +120,7 @@ def test_structured_self_attention_property(b, t, d, hops, data):
     tv=st.integers(1, 6),
     heads=st.integers(1, 3),
     # key_dim=1 meets a Keras 3.15 TensorFlow bias bug when T == heads
-    # (tests/test_keras_machinery.py, docs/keras-differences.md).
+    # (tests/layers/test_keras_machinery.py, docs/keras-differences.md).
     key_dim=st.integers(2, 4),
     position=st.sampled_from(["sinusoidal", "learned", None]),
     ff=st.sampled_from([None, "concat", "per_head"]),

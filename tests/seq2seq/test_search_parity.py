@@ -10,7 +10,13 @@ import pytest
 from keras import ops
 
 from keras_attn.seq2seq import contrastive_search, gather_tree, search
-from tests.test_search import END, START, chain, enumerate_hypotheses, strip
+from tests.seq2seq.test_search import (
+    END,
+    START,
+    chain,
+    enumerate_hypotheses,
+    strip,
+)
 
 
 def score(seq, total, alpha, beta, attention, count_end, finished_only):
@@ -58,6 +64,7 @@ def test_wide_beam_is_the_exhaustive_optimum_under_each_convention(
         )
 
 
+@pytest.mark.slow
 def test_the_conventions_do_choose_differently():
     """On some chain the tfa options pick another hypothesis than the
     defaults (so the options are not a no-op)."""
@@ -247,6 +254,7 @@ def _sin_cos(state):
     return ops.concatenate([ops.sin(state), ops.cos(state)], axis=-1)
 
 
+@pytest.mark.slow
 def test_the_new_options_compile():
     """tfa's conventions, all beams, several end tokens, per-example start
     tokens and top-p under `jax.jit` / `tf.function` equal eager runs."""

@@ -13,8 +13,8 @@ import tensorflow as tf
 
 import keras_attn
 from keras_attn import export, litert_runtime
+from tests.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RNG = np.random.default_rng(5)
 WORDS = (
     "good great fine awful bad boring superb movie film plot actor "
@@ -143,6 +143,7 @@ def cpu_pinned_ops(folder):
     return {n.op for n in nodes if "CPU" in n.device.upper()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_saved_model_mixed_precision(text_model, policy, tmp_path):
     mixed = build_text_model(policy)
@@ -164,6 +165,7 @@ def test_litert_tokenizer_matches_text_vectorization(text_model):
     np.testing.assert_array_equal(tok(TEXTS), np.asarray(vec(as_batch(TEXTS))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoder", ["rnn", "attention"])
 @pytest.mark.parametrize("quantize", export.QUANTIZATIONS)
 def test_litert_every_quantization(
@@ -193,6 +195,7 @@ def test_litert_every_quantization(
         assert os.path.getsize(path) <= 0.3 * os.path.getsize(f32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quantize", ["none", "dynamic"])
 def test_litert_dynamic_length_equals_static_model(
     text_model, quantize, tmp_path
@@ -217,6 +220,7 @@ def test_litert_dynamic_length_equals_static_model(
         assert np.abs(got[k] - want[k]).max() <= tol, k
 
 
+@pytest.mark.slow
 def test_full_integer_attention_model_takes_a_variable_length(
     attention_model, tmp_path
 ):
@@ -255,6 +259,7 @@ def test_litert_dynamic_length_refuses_fixed_length_settings(text_model):
         export.convert_tflite(token_model, batch_size=4, dynamic_length=True)
 
 
+@pytest.mark.slow
 def test_unrolled_bidirectional_matches_rolled_with_padding():
     x = RNG.normal(size=(3, 9, 4)).astype("float32")
     inp = keras.Input((9, 4))
@@ -315,6 +320,7 @@ def test_cli_export_and_predict_agree(text_model, tmp_path):
         np.testing.assert_allclose(other, results[0], atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is None,
     reason="onnxruntime not installed",

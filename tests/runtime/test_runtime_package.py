@@ -11,11 +11,11 @@ import subprocess
 import numpy as np
 import pytest
 
+from tests.paths import ROOT
 from tests.venvs import build_wheel, fresh_venv, pip_install
 
 pytestmark = pytest.mark.slow
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = [
     "saved_models/imdb_edge/model_full_int8.tflite",
     "saved_models/imdb_ssa/model_float32.tflite",  # the BiLSTM + SSA

@@ -163,6 +163,7 @@ def test_output_mode_needs_matching_widths():
         layer(np.ones((1, 2, 5), "float32"), np.ones((1, 3, 4), "float32"))
 
 
+@pytest.mark.slow
 def test_trains_with_fit_and_a_schedule():
     from tests.backend import training
 

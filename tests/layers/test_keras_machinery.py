@@ -9,8 +9,8 @@ import pytest
 
 import keras_attn
 from tests.backend import to_numpy, training
+from tests.paths import DATA
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 RNG = np.random.default_rng(9)
 X = RNG.normal(size=(4, 6, 8)).astype("float32")
 Y = RNG.normal(size=(4, 6, 8)).astype("float32")
@@ -26,10 +26,8 @@ def model(feed_forward="concat"):
 
 
 def test_a_keras_file_written_by_0_1_loads_with_the_same_outputs():
-    data = np.load(os.path.join(HERE, "data", "mhp_0.1.npz"))
-    loaded = keras.models.load_model(
-        os.path.join(HERE, "data", "mhp_0.1.keras")
-    )
+    data = np.load(os.path.join(DATA, "mhp_0.1.npz"))
+    loaded = keras.models.load_model(os.path.join(DATA, "mhp_0.1.keras"))
     got = loaded.predict(data["x"], verbose=0)
     np.testing.assert_allclose(got, data["y"], atol=1e-5)
 
@@ -64,6 +62,7 @@ def test_key_dim_one_with_as_many_steps_as_heads():
     np.testing.assert_allclose(to_numpy(dense(x)), want, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_lora_trains_only_the_adapters_and_round_trips(tmp_path):
     net, layer = model()
     before = net.predict(X, verbose=0)
@@ -85,6 +84,7 @@ def test_lora_trains_only_the_adapters_and_round_trips(tmp_path):
     np.testing.assert_allclose(again.predict(X, verbose=0), after, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("feed_forward", [None, "per_head"])
 def test_int8_quantization_round_trips_and_stays_close(tmp_path, feed_forward):
     net, layer = model(feed_forward)
@@ -131,11 +131,9 @@ def test_attention_and_ssa_files_from_before_the_sublayers_load():
     """Written by keras_attn at 31b3cba (raw weights, the 0.1 layout): SSA
     with a bias, general/low-rank with a learned scale, additive with a
     bias."""
-    data = np.load(
-        os.path.join(HERE, "data", "attention_ssa_pre_sublayers.npz")
-    )
+    data = np.load(os.path.join(DATA, "attention_ssa_pre_sublayers.npz"))
     loaded = keras.models.load_model(
-        os.path.join(HERE, "data", "attention_ssa_pre_sublayers.keras")
+        os.path.join(DATA, "attention_ssa_pre_sublayers.keras")
     )
     got = loaded.predict(data["x"], verbose=0)
     np.testing.assert_allclose(got, data["y"], atol=1e-5)
@@ -154,6 +152,7 @@ def test_attention_and_ssa_projections_are_keras_layers():
     assert keras_attn.Attention(score="dot")._denses() == []
 
 
+@pytest.mark.slow
 def test_attention_and_ssa_int8_quantization_round_trips(tmp_path):
     net, layers = attention_model()
     want = net.predict(X, verbose=0)

@@ -16,8 +16,8 @@ import pytest
 import keras_attn_cli
 from keras_attn import export
 from keras_attn.export import saved_model
+from tests.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = os.path.join(ROOT, "saved_models")
 TRANSLATOR = os.path.join(SHIPPED, "translation_en_fr")
 IMDB = os.path.join(SHIPPED, "imdb_ssa")
@@ -94,6 +94,7 @@ def test_the_commands_own_output_is_the_only_output(files):
         assert len(proc.stdout.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_predict_reads_files_and_stdin(files, tmp_path, capsys, monkeypatch):
     folder, model = files
     long_text = "great film " * 30_000  # ~330 kB: too long for argv
@@ -150,6 +151,7 @@ def test_no_known_word_gets_no_verdict(files, capsys, artifact):
     assert "no known word" not in lines[4] and "..." not in lines[4]
 
 
+@pytest.mark.slow
 def test_wrong_model_for_the_command(files, capsys):
     folder, _ = files
     code, _, err = cli(
@@ -178,6 +180,7 @@ def test_empty_inputs(files, tmp_path, capsys):
     assert_clean_error(code, err, "No known word")
 
 
+@pytest.mark.slow
 def test_align_out_never_replaces_a_users_file(tmp_path, capsys):
     mine = tmp_path / "notes.txt"
     mine.write_text("mine")
@@ -519,6 +522,7 @@ def test_tensorflow_errors_say_what_went_wrong():
     assert line.startswith("OOM when allocating tensor")
 
 
+@pytest.mark.slow
 def test_text_models_on_another_backend_say_so(files):
     # With KERAS_BACKEND=jax, 0.2.0 said only "Invalid dtype: object".
     folder, _ = files

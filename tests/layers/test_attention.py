@@ -185,6 +185,7 @@ def test_every_weight_gets_a_finite_gradient(score):
     ltc.assert_finite_gradients(layer, lambda: layer(q, v))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("score", SCORES)
 def test_model_trains_and_round_trips(score, tmp_path):
     """Learn to fetch the value at a position named by the query."""

@@ -108,6 +108,7 @@ def test_every_weight_gets_a_finite_gradient():
     ltc.assert_finite_gradients(layer, lambda: layer(h))
 
 
+@pytest.mark.slow
 def test_penalty_pushes_hops_apart():
     """Training on the penalty alone lowers it (the paper's intent)."""
     h = RNG.normal(size=(8, 10, 6)).astype("float32")
@@ -121,6 +122,7 @@ def test_penalty_pushes_hops_apart():
     assert model.evaluate(h, np.zeros((8, 24)), verbose=0) < 0.5 * start
 
 
+@pytest.mark.slow
 def test_model_trains_and_round_trips(tmp_path):
     """Classify whether token 3 occurs anywhere in a padded sequence."""
     tokens = RNG.integers(4, 20, size=(128, 9))

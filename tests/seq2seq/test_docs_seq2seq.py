@@ -9,12 +9,15 @@ import io
 import os
 import re
 
-from tests.backend import training
+import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.backend import training
+from tests.paths import ROOT
+
 DOC = os.path.join(ROOT, "docs", "seq2seq.md")
 
 
+@pytest.mark.slow
 def test_migration_guide_snippets_run():
     with open(DOC, encoding="utf-8") as f:
         text = f.read()

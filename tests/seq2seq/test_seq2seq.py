@@ -52,6 +52,7 @@ def tiny_model():
     return model, encode, step_fn
 
 
+@pytest.mark.slow
 def test_searches_saved_model_and_litert_agree(tmp_path):
     model, encode, step_fn = tiny_model()
     translator = Translator(
@@ -128,6 +129,7 @@ def copying_translator():
     )
 
 
+@pytest.mark.slow
 def test_unknown_words_are_copied_from_the_attended_source(tmp_path):
     translator = copying_translator()
     # Row 1: every word is unknown, so the attended ones are copied. Row 2:
@@ -177,6 +179,7 @@ def test_litert_translator_refuses_other_models(tmp_path):
         LiteRTTranslator(path)
 
 
+@pytest.mark.slow
 def test_save_writes_the_folder_the_cli_finds_and_keeps_it(tmp_path):
     from keras_attn_cli.commands import find_translator
 
@@ -222,6 +225,7 @@ def test_save_writes_the_folder_the_cli_finds_and_keeps_it(tmp_path):
     assert sorted(p.name for p in third.iterdir()) == ["target_vocabulary.txt"]
 
 
+@pytest.mark.slow
 def test_saved_model_holds_the_weights_not_the_optimizer(tmp_path):
     # A translator built right after training must not ship the optimizer's
     # slots (Adam's two moments triple the SavedModel).
@@ -246,6 +250,7 @@ def test_saved_model_holds_the_weights_not_the_optimizer(tmp_path):
     assert not [k for k in keys if "optimizer" in k], keys
 
 
+@pytest.mark.slow
 def test_beam_search_runs_inside_the_litert_file(tmp_path):
     model, encode, step_fn = tiny_model()
     translator = Translator(

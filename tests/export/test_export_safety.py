@@ -14,8 +14,6 @@ import pytest
 from keras_attn import export, litert_runtime
 from keras_attn.export import destination, saved_model
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 @pytest.fixture(scope="module")
 def model():
@@ -35,6 +33,7 @@ def tree(folder):
     return out
 
 
+@pytest.mark.slow
 def test_saved_model_refuses_a_folder_of_user_files(model, tmp_path):
     user = tmp_path / "mine"
     user.mkdir()
@@ -46,6 +45,7 @@ def test_saved_model_refuses_a_folder_of_user_files(model, tmp_path):
     assert (user / "saved_model.pb").is_file()
 
 
+@pytest.mark.slow
 def test_an_earlier_artifact_of_the_same_kind_is_replaced(model, tmp_path):
     sm, lite = tmp_path / "sm", tmp_path / "m.tflite"
     export.export_text_model(model, saved_model=str(sm), tflite=str(lite))
@@ -117,6 +117,7 @@ def test_combined_export_is_validated_before_anything_is_written(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_combined_export_is_all_or_nothing(model, tmp_path, monkeypatch):
     """The second move fails: the first is undone, the earlier artifacts
     are back, no temporary folder is left."""
@@ -148,6 +149,7 @@ def test_a_failing_write_leaves_nothing(model, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_two_models_in_one_folder_keep_their_own_vocabulary(model, tmp_path):
     from test_export import TEXTS, build_text_model
 
@@ -246,6 +248,7 @@ def test_a_folder_created_during_the_export_is_left_alone(model, tmp_path):
     assert os.listdir(target) == ["mine.txt"]
 
 
+@pytest.mark.slow
 def test_a_file_is_replaced_by_one_rename(model, tmp_path, monkeypatch):
     # 0.2.0 moved the earlier file aside, then the new one in: a kill
     # between the two renames left no `m.tflite`.

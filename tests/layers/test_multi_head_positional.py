@@ -7,7 +7,7 @@ import pytest
 import keras_attn
 from tests import layer_test_case as ltc
 from tests.backend import gradients, to_numpy, training
-from tests.test_positional import np_sinusoidal
+from tests.ops.test_positional import np_sinusoidal
 
 RNG = np.random.default_rng(2)
 FFS = [None, "concat", "per_head"]
@@ -249,6 +249,7 @@ def test_every_weight_gets_a_finite_gradient():
     ltc.assert_finite_gradients(layer, lambda: layer(x))
 
 
+@pytest.mark.slow
 def test_symbolic_shapes_and_round_trip(tmp_path):
     inp = keras.Input((6, 8))
     out, scores = keras_attn.MultiHeadPositional(
@@ -265,6 +266,7 @@ def test_symbolic_shapes_and_round_trip(tmp_path):
     ltc.assert_model_round_trips(model, x_data(), tmp_path)
 
 
+@pytest.mark.slow
 def test_learns_a_copy_task():
     """Causal model: predict the token seen 3 steps before (copy task)."""
     keras.utils.set_random_seed(0)

@@ -6,7 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
+
 sys.path.insert(0, os.path.join(ROOT, "recipes"))
 PAIRS = os.path.join(ROOT, "..", "shared", "data", "translation", "pairs.tsv")
 needs_pairs = pytest.mark.skipif(
@@ -133,6 +134,7 @@ def test_main_tiny_slice(tmp_path, architecture):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_tied_output_reads_keras_int8_embeddings():
     # After Keras's int8 quantization the embedding table holds round(E·s);
     # the tied output must divide by s again (without it the logits are

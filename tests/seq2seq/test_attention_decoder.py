@@ -208,6 +208,7 @@ def test_keras_masks_are_read_from_embeddings(tmp_path):
     assert_model_round_trips(model, [t, s], tmp_path, fresh_process=False)
 
 
+@pytest.mark.slow
 def test_config_round_trip_and_saved_file(tmp_path):
     decoder = make("gru", "low_rank", "bahdanau", True, 7)
     assert_config_round_trip(decoder)

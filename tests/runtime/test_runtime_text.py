@@ -19,6 +19,7 @@ PAIRS = os.path.join(
     os.path.dirname(__file__),
     "..",
     "..",
+    "..",
     "shared",
     "data",
     "translation",

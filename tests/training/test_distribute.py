@@ -19,8 +19,8 @@ import pytest
 
 import keras_attn
 from keras_attn.training import distribute
+from tests.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "recipes", "imdb_distributed.py")
 TINY = ["--limit", "290", "--length", "64", "--batch-size", "16"]
 TINY += ["--no-dropout"]
@@ -45,6 +45,7 @@ def small_data():
     return x, (x[:, 0] > 20).astype("float32")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="tf.distribute"
 )

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from keras_attn import export, litert_runtime
 from keras_attn.text import standardize_review
+from tests.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ADVERSARIAL = [
     "'abc' 'def'",
     "a'  'b",
@@ -106,6 +106,7 @@ def test_tokenizer_matches_text_vectorization_on_real_reviews():
     )
 
 
+@pytest.mark.slow
 def test_tokenizer_memory_does_not_grow_with_the_input():
     """2M characters of several adversarial kinds: the extra memory stays
     below the input's own size (the 0.1 runtime held several copies)."""

@@ -7,7 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
+
 sys.path.insert(0, os.path.join(ROOT, "recipes"))
 
 HAS_DATA = os.path.isdir(

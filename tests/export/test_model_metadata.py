@@ -153,6 +153,7 @@ def test_detokenization_patterns_are_never_read_from_a_model_file():
         litert_runtime.detokenizer({"detokenizer": "x"}, "m.tflite")
 
 
+@pytest.mark.slow
 def test_malformed_translator_config_names_the_file(tmp_path):
     # 0.2.0 ended in `TypeError: ...` / `KeyError` lines without the file.
     pytest.importorskip("ai_edge_litert")

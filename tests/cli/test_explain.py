@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from keras_attn import explain
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
 
 
 def result(n_tokens, hops=3, text=None):
@@ -153,6 +152,7 @@ def _boxes(image, rgb, tol=6):
     return sorted(boxes, key=lambda b: -b[0] * b[1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     CHROMIUM is None, reason="no Chromium (.ci/run installs it)"
 )

@@ -252,6 +252,7 @@ def test_sampling_follows_the_distribution_and_the_seed():
     assert np.mean(ops.convert_to_numpy(cold["ids"])[:, 0] == 3) > 0.99
 
 
+@pytest.mark.slow
 def test_searches_compile():
     rng = np.random.default_rng(9)
     logits = rng.normal(size=(6, 6)).astype("float32")

@@ -20,6 +20,7 @@ from keras_attn.text import split_sentence
 from keras_attn_runtime import DETOKENIZERS, LiteRTTranslator
 from keras_attn_runtime.text import split_sentence as np_split
 from keras_attn_runtime.text import wordpiece
+from tests.paths import ROOT
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -186,6 +187,7 @@ def tiny_subword_translator(source_vocab, target_vocab, length=16):
     )
 
 
+@pytest.mark.slow
 def test_subword_translator_serves_one_answer_everywhere(vocab, tmp_path):
     target = ["[start]", "[end]", "le", "chat", "##s", ".", "##t"]
     translator = tiny_subword_translator(vocab, target)
@@ -218,7 +220,7 @@ def test_subword_translator_serves_one_answer_everywhere(vocab, tmp_path):
 
 
 PAIRS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    ROOT,
     *"../shared/data/translation/pairs.tsv".split("/"),
 )
 
