@@ -3,7 +3,9 @@
 `python -m benchmarks.keras_tests_recount` runs the test modules that ship
 inside the installed Keras wheel (`keras/src/layers/attention/*_test.py`)
 with `keras.src.layers.MultiHeadAttention` replaced by
-`MultiHeadPositional(position=None, feed_forward=None)` and
+`MultiHeadPositional(position=None, feed_forward=None)`,
+`GroupedQueryAttention` by `MultiHeadPositional(num_key_value_heads=...)`
+(Keras's argument names mapped onto ours) and
 `keras.src.layers.Attention` by our `Attention` (which takes Keras's
 `score_mode`). Nothing is
 copied from Keras: the tests are read from the installed package and run
@@ -19,7 +21,11 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-MODULES = ["multi_head_attention_test.py", "attention_test.py"]
+MODULES = [
+    "multi_head_attention_test.py",
+    "grouped_query_attention_test.py",
+    "attention_test.py",
+]
 NAME = "keras_tests_recount.json"
 
 PLUGIN = """
@@ -37,11 +43,39 @@ class MultiHeadAttention(keras_attn.MultiHeadPositional):
 
 
 @keras.saving.register_keras_serializable("recount")
+class GroupedQueryAttention(keras_attn.MultiHeadPositional):
+    # Keras's GQA arguments on MultiHeadPositional(num_key_value_heads=),
+    # and back from its config.
+
+    def __init__(
+        self,
+        head_dim=None,
+        num_query_heads=None,
+        num_key_value_heads=None,
+        num_heads=None,
+        key_dim=None,
+        position=None,
+        feed_forward=None,
+        **kwargs,
+    ):
+        super().__init__(
+            num_heads or num_query_heads,
+            key_dim or head_dim,
+            num_key_value_heads=num_key_value_heads,
+            position=position,
+            feed_forward=feed_forward,
+            **kwargs,
+        )
+
+
+@keras.saving.register_keras_serializable("recount")
 class Attention(keras_attn.Attention):  # takes Keras's `score_mode` itself
     pass
 
 
 klayers.MultiHeadAttention = MultiHeadAttention
+klayers.GroupedQueryAttention = GroupedQueryAttention
+klayers.GroupQueryAttention = GroupedQueryAttention
 klayers.Attention = Attention
 """
 

@@ -311,20 +311,27 @@ class MultiHeadPositional(
             and not self._sliding_window
             and three_d
             and (self_attention or query.shape[1] == key.shape[1] is not None)
+            # As Keras's: a subclass that overrides `_compute_attention`
+            # gets the causal mask itself, in the five-argument call.
+            and type(self)._compute_attention
+            is AttentionMixin._compute_attention
         )
         masks = (query_mask, value_mask, key_mask, attention_mask)
         full_mask, rows = self._masks(
             query, value, length, offset, masks, use_causal_mask, lean
         )
+        extra = {"use_causal_mask": True} if lean else {}
+        bias = self._total_bias(q, start, length, attention_bias)
+        if bias is not None:
+            extra["attention_bias"] = bias
         context, scores = self._compute_attention(
             q,
-            k,
-            v,
+            self._repeat_heads(k),  # (B, Tv, H, K), as Keras's GQA
+            self._repeat_heads(v),
             full_mask,
             training,
             return_attention_scores,
-            use_causal_mask=bool(lean or full_mask is None and use_causal_mask),
-            attention_bias=self._total_bias(q, start, length, attention_bias),
+            **extra,
         )  # (B, Tq, H, Dv), (B, H, Tq, Tv) or None
         if lean and scores is not None and rows is not None:
             scores = masking.zero_rows(scores, rows[:, None])  # (B, H, Tq, Tv)

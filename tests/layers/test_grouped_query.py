@@ -227,3 +227,61 @@ def test_dropout_acts_in_training_only():
     )
     trained = ops.convert_to_numpy(layer(x, x, training=True))
     assert not np.allclose(trained, inference, atol=1e-3)
+
+
+@pytest.mark.parametrize("kv", [4, 2])
+def test_a_subclass_with_the_older_compute_attention_gets_the_causal_mask(kv):
+    """Keras passes `use_causal_mask` to `_compute_attention` only when it
+    runs its own; an override with `MultiHeadAttention`'s earlier
+    signature receives the causal mask instead, and computes the same
+    outputs. (Keras's `GroupedQueryAttention` passes no
+    `return_attention_scores`; ours, an MHA subclass, does.)"""
+    seen = []
+
+    class Older(MultiHeadPositional):
+        def _compute_attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask=None,
+            training=None,
+            return_attention_scores=False,
+        ):
+            seen.append(attention_mask is not None)
+            return super()._compute_attention(
+                query, key, value, attention_mask, training
+            )
+
+    x = np.random.default_rng(3).normal(size=(2, 5, 16)).astype("float32")
+    older = Older(4, 4, num_key_value_heads=kv, position=None)
+    plain = MultiHeadPositional(4, 4, num_key_value_heads=kv, position=None)
+    older(x, x)
+    plain(x, x)
+    plain.set_weights(older.get_weights())
+    got = older(x, x, use_causal_mask=True)
+    assert seen[-1]
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(got),
+        ops.convert_to_numpy(plain(x, x, use_causal_mask=True)),
+        atol=1e-6,
+    )
+
+
+def test_compute_attention_takes_every_query_head_as_keras_gqa_does():
+    """The override point's contract: keys and values come in with the
+    grouped heads already repeated, `(B, T, num_heads, K)`."""
+    layer = ours(4, 2)
+    layer.build((1, 5, 16), (1, 5, 16))
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.normal(size=(1, 5, 4, 2)).astype("float32") for _ in "qkv")
+    causal = np.tril(np.ones((5, 5), bool))[None]
+    extra = np.ones((1, 5, 5), bool)
+    extra[:, 3, 1] = False
+    both, _ = layer._compute_attention(
+        q, k, v, attention_mask=extra, use_causal_mask=True
+    )
+    merged, _ = layer._compute_attention(q, k, v, attention_mask=extra & causal)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(both), ops.convert_to_numpy(merged), atol=1e-5
+    )

@@ -1,7 +1,7 @@
 """Which kernel `MultiHeadPositional` runs: Keras's `_compute_attention`
 (the backend's fused `dot_product_attention` where Keras uses it, else its
 einsums), or, with a score bias, the fused op with `bias=` or the einsums
-with the bias added; grouped key/value heads repeated first, `g` after."""
+with the bias added; `g` after."""
 
 import keras
 from keras import ops
@@ -24,12 +24,10 @@ class AttentionMixin:
         use_causal_mask=False,
         attention_bias=None,
     ):
-        """Keras's attention (grouped heads repeated; a score bias through
-        `_biased_attention`), then `g` on the heads' outputs."""
-        groups = self.num_heads // self.num_key_value_heads
-        if groups > 1:  # (B, T, H_kv, K) → (B, T, H, K), as Keras's GQA
-            key = ops.repeat(key, groups, axis=-2)
-            value = ops.repeat(value, groups, axis=-2)
+        """Keras's attention (a score bias through `_biased_attention`),
+        then `g` on the heads' outputs. `key` and `value` have `num_heads`
+        heads (grouped ones repeated by `_repeat_heads`), as in Keras's
+        `GroupedQueryAttention`."""
         if attention_bias is not None:
             context, scores = self._biased_attention(
                 query,
@@ -61,6 +59,12 @@ class AttentionMixin:
         )
         context = self._zero_empty_heads(context, attention_mask)
         return self._g(context), scores if return_attention_scores else None
+
+    def _repeat_heads(self, x):
+        """`(B, T, H_kv, K)` → `(B, T, H, K)`: each key/value head serves
+        `num_heads / num_key_value_heads` query heads in a row."""
+        groups = self.num_heads // self.num_key_value_heads
+        return x if groups == 1 else ops.repeat(x, groups, axis=-2)
 
     def _biased_attention(
         self, query, key, value, mask, bias, training, explicit, causal
