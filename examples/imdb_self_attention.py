@@ -152,13 +152,14 @@ def main(limit=5000, epochs=2, length=256, hops=4, penalty=0.1, verbose=2):
     The layer is registered with Keras: the `.keras` file reloads without
     custom objects and gives the same weights `A`.
     """
-    path = os.path.join(tempfile.mkdtemp(), "imdb_self_attention.keras")
-    model.save(path)
-    again = keras.saving.load_model(path).predict(test_ids[:64], verbose=0)
-    same = np.allclose(
-        again["attention"], predicted["attention"][:64], atol=1e-6
-    )
-    print(f"reloaded from {path}: same attention: {same}")
+    with tempfile.TemporaryDirectory() as folder:  # removed afterwards
+        path = os.path.join(folder, "imdb_self_attention.keras")
+        model.save(path)
+        again = keras.saving.load_model(path).predict(test_ids[:64], verbose=0)
+        same = np.allclose(
+            again["attention"], predicted["attention"][:64], atol=1e-6
+        )
+        print(f"reloaded from a .keras file: same attention: {same}")
     return {
         "test_accuracy": float(hits.mean()),
         "offdiagonal_mass": float(shared),

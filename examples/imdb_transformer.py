@@ -160,15 +160,16 @@ def main(limit=5000, epochs=2, length=256, max_tokens=20000, verbose=2):
     The layer's arguments (positions, heads, feed-forward) are in its
     config: the `.keras` file reloads without custom objects.
     """
-    path = os.path.join(tempfile.mkdtemp(), "imdb_transformer.keras")
-    model.save(path)
-    again = keras.saving.load_model(path)
-    same = np.allclose(
-        model.predict(test_ids[:64], verbose=0),
-        again.predict(test_ids[:64], verbose=0),
-        atol=1e-6,
-    )
-    print(f"reloaded from {path}: same predictions: {same}")
+    with tempfile.TemporaryDirectory() as folder:  # removed afterwards
+        path = os.path.join(folder, "imdb_transformer.keras")
+        model.save(path)
+        again = keras.saving.load_model(path)
+        same = np.allclose(
+            model.predict(test_ids[:64], verbose=0),
+            again.predict(test_ids[:64], verbose=0),
+            atol=1e-6,
+        )
+        print(f"reloaded from a .keras file: same predictions: {same}")
     return {"test_accuracy": test_accuracy, "reloads": bool(same)}
 
 

@@ -58,17 +58,20 @@ class SublayersMixin:
         if self.feed_forward == "concat":
             width *= self.num_heads
         hidden = self.feed_forward_dim or 2 * width
-        for name, units, fan_in, activation in (
-            ("feed_forward_1", hidden, width, self.feed_forward_activation),
-            ("feed_forward_2", width, hidden, None),
+        for attr, units, fan_in, activation in (
+            ("_ff_1", hidden, width, self.feed_forward_activation),
+            ("_ff_2", width, hidden, None),
         ):
             common = self._get_common_kwargs_for_sublayer()
             del common["activity_regularizer"]
             dense = layers.Dense(
-                units, activation=activation, name=name, **common
+                units,
+                activation=activation,
+                name=f"feed_forward_{attr[-1]}",
+                **common,
             )
             dense.build((None, fan_in))
-            setattr(self, "_ff_1" if name.endswith("1") else "_ff_2", dense)
+            setattr(self, attr, dense)
 
     def _g(self, context):
         """`g` on the heads' outputs `(..., H, Dv)`: per head, or on their
