@@ -69,6 +69,10 @@ class LiteRTTranslator:
                 f"{type(err).__name__} {err})"
             ) from None
         self.runner = self.interpreter.get_signature_runner("translate")
+        # Files written since 0.3 read the sentence's own length; earlier
+        # ones a fixed `source_length`, padded with zeros.
+        spec = self.runner.get_input_details()["source"]
+        self.dynamic = int(spec["shape_signature"][-1]) == -1
         self.index = {t: i for i, t in enumerate(self.source_vocab) if i > 1}
 
     def _read_config(self, config, entries, model_path):
@@ -139,8 +143,11 @@ class LiteRTTranslator:
 
     def source_ids(self, tokens):
         """The model's `(1, S)` input for a list of source tokens (words
-        or subwords: an unknown one is `[UNK]`)."""
-        ids = np.zeros((1, self.length), "int32")
+        or subwords: an unknown one is `[UNK]`): `S` is the number of
+        tokens, or the file's `source_length` for a file that reads a
+        fixed length (zero-padded)."""
+        width = len(tokens) if self.dynamic else self.length
+        ids = np.zeros((1, width), "int32")
         ids[0, : len(tokens)] = [self.index.get(t, 1) for t in tokens]
         return ids
 

@@ -317,7 +317,9 @@ class Translator(tf.Module):
     ):
         """LiteRT model whose `translate(source (1, S) int32)` signature
         runs the whole search (a builtin `WHILE`) and returns `ids (1, L)`
-        and `alignment (1, L, S)`; builtin ops only. `search_method`:
+        and `alignment (1, L, S)`; builtin ops only. `S` is the
+        sentence's own token count (at most `source_length`): the encoder
+        and the attention run on no padding. `search_method`:
         `"greedy"` or `"beam"` (this translator's beam search, with its
         width and GNMT penalties).
         `quantize`: `"none"`, `"float16"` or `"dynamic"` (int8 weights),
@@ -336,9 +338,7 @@ class Translator(tf.Module):
             )
 
         @tf.function(
-            input_signature=[
-                tf.TensorSpec([1, self.source_length], tf.int32, "source")
-            ]
+            input_signature=[tf.TensorSpec([1, None], tf.int32, "source")]
         )
         def translate(source):
             if search_method == "beam":

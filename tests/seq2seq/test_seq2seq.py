@@ -164,6 +164,41 @@ def test_over_long_input_is_flagged_and_refused(tmp_path):
     assert lite.translate(texts[1], truncate=True) == lite.translate(texts[0])
 
 
+@pytest.mark.slow
+def test_litert_translator_reads_the_sentence_own_length(tmp_path):
+    # The file's source is (1, None): a 2-word sentence runs the encoder
+    # and every attention on 2 positions, not on `source_length` padded
+    # ones. Padding it to the full length must not change the output.
+    model, encode, step_fn = tiny_model()
+    translator = Translator(
+        vectorizer(),
+        TARGET,
+        encode,
+        step_fn,
+        max_length=5,
+        trackable=model,
+        standardize=split_sentence,
+        beam_width=3,
+    )
+    path = str(tmp_path / "beam.tflite")
+    translator.export_tflite(path, search_method="beam")
+    lite = LiteRTTranslator(path)
+    spec = lite.runner.get_input_details()["source"]
+    assert spec["shape_signature"].tolist() == [1, -1]
+    assert lite.dynamic and lite.source_ids(["a", "b"]).shape == (1, 2)
+    texts = ["a b c", "d .", "c c a b", "a", "b b b"]
+    own = [lite.translate(t) for t in texts]
+    assert own == [
+        t.decode()
+        for t in translator.translate(tf.constant(texts))["translation"]
+        .numpy()
+        .tolist()
+    ]
+    lite.dynamic = False  # the zero-padded input of files before 0.3
+    assert lite.source_ids(["a", "b"]).shape == (1, S)
+    assert [lite.translate(t) for t in texts] == own
+
+
 def test_translator_needs_start_and_end_tokens():
     encode, step_fn = copying_model()
     with pytest.raises(ValueError, match="end='\\[end\\]'"):
