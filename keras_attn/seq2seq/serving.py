@@ -262,11 +262,17 @@ class Translator(tf.Module):
         return export_module(self, path, signatures, overwrite)
 
     def save(
-        self, folder, overwrite=False, quantize="none", search_method="greedy"
+        self,
+        folder,
+        overwrite=False,
+        quantize="none",
+        search_method="greedy",
+        pad_source=False,
     ):
         """Write the folder `keras-attn translate` and `align` read (the
         translator contract, docs/export.md): `saved_model/` (`export`),
-        `model.tflite` (`export_tflite`, with `quantize`),
+        `model.tflite` (`export_tflite`, with `quantize`, `search_method`
+        and `pad_source`),
         `source_vocabulary.txt` and `target_vocabulary.txt`. The folder is
         created if needed. An earlier export of the same kind is replaced;
         anything else there (a vocabulary with other tokens, a file that
@@ -301,7 +307,7 @@ class Translator(tf.Module):
         for path, tokens in vocabularies.items():
             write_vocabulary(tokens, path, overwrite)
         self.export(saved, overwrite)
-        self.export_tflite(lite, overwrite, quantize, search_method)
+        self.export_tflite(lite, overwrite, quantize, search_method, pad_source)
         return folder
 
     def _subword_config(self):
@@ -313,13 +319,21 @@ class Translator(tf.Module):
         return {"subwords": {k: config[k] for k in keys}, "version": 2}
 
     def export_tflite(
-        self, path, overwrite=False, quantize="none", search_method="greedy"
+        self,
+        path,
+        overwrite=False,
+        quantize="none",
+        search_method="greedy",
+        pad_source=False,
     ):
         """LiteRT model whose `translate(source (1, S) int32)` signature
         runs the whole search (a builtin `WHILE`) and returns `ids (1, L)`
         and `alignment (1, L, S)`; builtin ops only. `S` is the
         sentence's own token count (at most `source_length`): the encoder
-        and the attention run on no padding. `search_method`:
+        and the attention run on no padding. `pad_source=True` reads
+        `source_length` tokens, zero-padded, as the SavedModel does: for
+        an encoder whose output depends on padding (one that does not
+        mask). `search_method`:
         `"greedy"` or `"beam"` (this translator's beam search, with its
         width and GNMT penalties).
         `quantize`: `"none"`, `"float16"` or `"dynamic"` (int8 weights),
@@ -331,6 +345,11 @@ class Translator(tf.Module):
         """
         from keras_attn.export import export_signatures_tflite
 
+        if not isinstance(pad_source, bool):
+            raise ValueError(
+                "Expected pad_source to be True or False. "
+                f"Received: pad_source={pad_source!r}"
+            )
         if search_method not in ("greedy", "beam"):
             raise ValueError(
                 "Expected search_method to be 'greedy' or 'beam'. "
@@ -338,7 +357,13 @@ class Translator(tf.Module):
             )
 
         @tf.function(
-            input_signature=[tf.TensorSpec([1, None], tf.int32, "source")]
+            input_signature=[
+                tf.TensorSpec(
+                    [1, self.source_length if pad_source else None],
+                    tf.int32,
+                    "source",
+                )
+            ]
         )
         def translate(source):
             if search_method == "beam":

@@ -197,6 +197,14 @@ def test_litert_translator_reads_the_sentence_own_length(tmp_path):
     lite.dynamic = False  # the zero-padded input of files before 0.3
     assert lite.source_ids(["a", "b"]).shape == (1, S)
     assert [lite.translate(t) for t in texts] == own
+    padded = str(tmp_path / "padded.tflite")
+    translator.export_tflite(padded, search_method="beam", pad_source=True)
+    lite = LiteRTTranslator(padded)
+    spec = lite.runner.get_input_details()["source"]
+    assert spec["shape_signature"].tolist() == [1, S] and not lite.dynamic
+    assert [lite.translate(t) for t in texts] == own
+    with pytest.raises(ValueError, match="pad_source='yes'"):
+        translator.export_tflite(padded, overwrite=True, pad_source="yes")
 
 
 def test_translator_needs_start_and_end_tokens():

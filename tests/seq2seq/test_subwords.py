@@ -154,7 +154,7 @@ def tiny_subword_translator(source_vocab, target_vocab, length=16):
     keras.utils.set_random_seed(3)
     src = WordPieceVectorizer(source_vocab, split_sentence, length)
     n_tgt = len(target_vocab) + 2
-    src_embed = keras.layers.Embedding(src.vocabulary_size(), 4)
+    src_embed = keras.layers.Embedding(src.vocabulary_size(), 4, mask_zero=True)
     gru = keras.layers.GRU(8, return_sequences=True, return_state=True)
     tgt_embed = keras.layers.Embedding(n_tgt, 4)
     decoder = AttentionDecoder(keras.layers.GRUCell(8), score="general")
