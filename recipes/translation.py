@@ -325,9 +325,10 @@ def evaluate(translator, pairs, greedy=False):
 
 `Translator.save` writes the folder `keras-attn translate` reads: the
 SavedModel with both searches, the vocabularies, and a LiteRT file holding
-greedy decoding as one `translate` signature (the loop is a builtin
-`WHILE`): one call per sentence. `check_litert` compares it with the
-SavedModel's greedy search.
+one search (`litert_search`: beam search by default) as one `translate`
+signature (the loop is a builtin `WHILE`): one call per sentence, reading
+the sentence's own length. `check_litert` compares it with the
+SavedModel's same search on every validation sentence.
 """
 
 
