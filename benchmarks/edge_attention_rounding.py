@@ -63,9 +63,7 @@ def main(argv=None):
     model = keras.saving.load_model(os.path.join(args.folder, "model.keras"))
     text_model = base.text_model_of(vectorizer, model)
     texts = [t.decode() for t in data["test"][0][: args.reviews]]
-    lite = LiteRTClassifier(
-        os.path.join(args.folder, "model_full_int8.tflite")
-    )
+    lite = LiteRTClassifier(os.path.join(args.folder, "model_full_int8.tflite"))
     float_results = explain.attend(text_model, texts)
     rows = {
         "int8 file": explain.attend(lite, texts),

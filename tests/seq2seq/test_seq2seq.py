@@ -3,6 +3,8 @@ ways (in-graph search, the SavedModel, the LiteRT file with the whole
 greedy loop) gives one answer; unknown words are copied from the source;
 empty and over-long inputs are handled. TensorFlow only (serving)."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -205,6 +207,45 @@ def test_litert_translator_reads_the_sentence_own_length(tmp_path):
     assert [lite.translate(t) for t in texts] == own
     with pytest.raises(ValueError, match="pad_source='yes'"):
         translator.export_tflite(padded, overwrite=True, pad_source="yes")
+
+
+@pytest.mark.slow
+def test_save_takes_a_litert_file_exported_earlier(tmp_path):
+    # The recipe's order: export LiteRT from float weights, then quantize
+    # the Keras model for the SavedModel, then save the folder with it.
+    model, encode, step_fn = tiny_model()
+    translator = Translator(
+        vectorizer(),
+        TARGET,
+        encode,
+        step_fn,
+        max_length=5,
+        trackable=model,
+        standardize=split_sentence,
+    )
+    early = str(tmp_path / "early.tflite")
+    translator.export_tflite(early, search_method="beam")
+    with pytest.raises(ValueError, match="litert_file=.*'beam'"):
+        translator.save(
+            str(tmp_path / "x"), litert_file=early, search_method="beam"
+        )
+    assert not os.path.exists(tmp_path / "x" / "saved_model")
+    folder = translator.save(str(tmp_path / "tr"), litert_file=early)
+    with open(early, "rb") as a, open(f"{folder}/model.tflite", "rb") as b:
+        assert a.read() == b.read()
+    assert not os.path.exists(f"{folder}/model.tflite.partial")
+    other = Translator(
+        vectorizer(),
+        TARGET,
+        encode,
+        step_fn,
+        max_length=4,
+        trackable=model,
+        standardize=split_sentence,
+    )
+    with pytest.raises(ValueError, match="written by this translator"):
+        other.save(str(tmp_path / "y"), litert_file=early)
+    assert not os.path.exists(tmp_path / "y" / "saved_model")
 
 
 def test_translator_needs_start_and_end_tokens():
