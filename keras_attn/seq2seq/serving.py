@@ -54,7 +54,9 @@ class Translator(tf.Module):
         max_length: the most output tokens.
         trackable: the Keras model (or layer) holding the variables
             `encode` and `step_fn` use, so they are saved (its optimizer's
-            are not). Defaults to `None`.
+            are not; variables added later, as by `model.quantize`, are
+            read at export). Quantize before the first `translate` or
+            `export`: the searches are traced once. Defaults to `None`.
         standardize: the source vectorizer's standardization, to recover
             the source words that `[UNK]` copies. Defaults to `None`
             (no copying: `[UNK]` is banned).
@@ -108,8 +110,12 @@ class Translator(tf.Module):
             )
         self.vectorizer = source_vectorizer
         # The model's variables, not the model: a compiled model would
-        # bring its optimizer's slots into the SavedModel too.
-        self.model_variables = [] if trackable is None else trackable.variables
+        # bring its optimizer's slots into the SavedModel too. Read again
+        # at export: `model.quantize` after this adds variables.
+        self._variables_of = lambda: (
+            [] if trackable is None else (trackable.variables)
+        )
+        self.model_variables = self._variables_of()
         self._encode, self._step_fn = encode, step_fn
         self.standardize = standardize
         self.start_id, self.end_id = vocab.index(start), vocab.index(end)
@@ -260,6 +266,7 @@ class Translator(tf.Module):
             "translate": self.translate,
             "translate_greedy": self.translate_greedy,
         }
+        self.model_variables = self._variables_of()
         return export_module(self, path, signatures, overwrite)
 
     def save(

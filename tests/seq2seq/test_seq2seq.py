@@ -246,6 +246,23 @@ def test_save_takes_a_litert_file_exported_earlier(tmp_path):
     with pytest.raises(ValueError, match="written by this translator"):
         other.save(str(tmp_path / "y"), litert_file=early)
     assert not os.path.exists(tmp_path / "y" / "saved_model")
+    # Keras's int8 after the translator was made (and its LiteRT file
+    # exported), before it first translates: the new variables (the
+    # scales) reach the SavedModel (export failed on an untracked one).
+    model, encode, step_fn = tiny_model()
+    translator = Translator(
+        vectorizer(), TARGET, encode, step_fn, max_length=5, trackable=model
+    )
+    translator.export_tflite(early, overwrite=True)
+    model.quantize("int8", filters=lambda layer: layer is not model)
+    texts = ["a b c", "d .", "c c a b"]
+    want = translator.translate(tf.constant(texts))["translation"].numpy()
+    translator.save(str(tmp_path / "q"), litert_file=early)
+    loaded = tf.saved_model.load(str(tmp_path / "q" / "saved_model"))
+    got = loaded.signatures["translate"](tf.constant(texts))["translation"]
+    assert got.numpy().tolist() == want.tolist()
+    names = [v.name for v in loaded.model_variables]
+    assert any("scale" in n for n in names), names
 
 
 def test_translator_needs_start_and_end_tokens():
