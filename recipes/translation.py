@@ -338,9 +338,9 @@ def favour_copies(encode, step_fn, unknown_id, bonus):
 
     def step_flagged(tokens, state, index):
         logits, inner, alignment = step_fn(tokens, state["model"], index)
-        unknown = ops.one_hot(unknown_id, logits.shape[-1], dtype=logits.dtype)
-        copy = ops.cast(state["copy"], logits.dtype)[:, None]
-        logits = logits + bonus * copy * unknown[None, :]
+        unknown = ops.arange(logits.shape[-1]) == unknown_id  # (V,)
+        copy = ops.logical_and(state["copy"][:, None], unknown[None, :])
+        logits = logits + bonus * ops.cast(copy, logits.dtype)
         return logits, {**state, "model": inner}, alignment
 
     return encode_flagged, step_flagged

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 FILES = [
     "saved_models/imdb_edge/model_full_int8.tflite",
-    "saved_models/imdb_ssa/model_float32.tflite",  # the BiLSTM + SSA
+    "saved_models/imdb_ssa/model_dynamic_int8.tflite",  # the BiLSTM + SSA
 ]
 TEXTS = [
     "A wonderful film, moving and funny.",
