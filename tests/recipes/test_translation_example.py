@@ -190,3 +190,34 @@ def test_every_hyperparameter_has_a_flag():
         defaults["learning_rate"]
         == translation_transformer.HPARAMS["learning_rate"]
     )
+
+
+def test_favour_copies_raises_unknown_only_when_the_source_has_one():
+    # A number is [UNK] (id 1) on both sides; the bonus makes the decoder
+    # write [UNK] (copied from the source) rather than guess a number.
+    import translation
+    from keras import ops
+
+    vocab = 5
+
+    def encode(source):
+        return {"memory": ops.cast(source, "float32")}
+
+    def step_fn(tokens, state, index):
+        logits = ops.zeros((ops.shape(tokens)[0], vocab))
+        return logits, {**state, "seen": index}, None
+
+    encode2, step2 = translation.favour_copies(encode, step_fn, 3, 1.5)
+    source = np.array([[4, 1, 2], [4, 2, 2]], "int32")  # row 0: unknown
+    state = encode2(ops.convert_to_tensor(source))
+    tokens = ops.convert_to_tensor(np.array([0, 0], "int32"))
+    logits, state, _ = step2(tokens, state, 7)
+    want = np.zeros((2, vocab))
+    want[0, 3] = 1.5
+    np.testing.assert_array_equal(ops.convert_to_numpy(logits), want)
+    assert int(ops.convert_to_numpy(state["model"]["seen"])) == 7
+    assert ops.convert_to_numpy(state["copy"]).tolist() == [True, False]
+    assert translation.favour_copies(encode, step_fn, 3, 0.0) == (
+        encode,
+        step_fn,
+    )
