@@ -309,8 +309,8 @@ source word with the highest attention weight. Before that, with
 `Dense` layers fourfold, so every figure below is the shipped model's.
 The LiteRT file is exported just before, from the float weights, with
 LiteRT's own dynamic-range int8: a Keras int8 layer becomes a
-dequantization that LiteRT would run again in every search step (about 3
-times slower).
+dequantization that LiteRT would run again in every search step (2.4
+times slower: `benchmarks/litert_translator_export.py`).
 
 Numbers are copied, not translated: `favour_copies` adds `copy_bonus`
 to the `[UNK]` logit while the source holds an unknown word (1.5, chosen
@@ -424,7 +424,7 @@ def main(
     )
     scratch = tempfile.TemporaryDirectory()
     litert = os.path.join(scratch.name, "model.tflite")
-    if out:  # from the float weights: LiteRT's own int8 is 3x faster
+    if out:  # from the float weights: LiteRT's own int8 is 2.4x faster
         translator.export_tflite(
             litert,
             quantize="dynamic" if hp["int8_weights"] else "none",

@@ -293,9 +293,9 @@ class Translator(tf.Module):
         (then pass none of `quantize`, `search_method`, `pad_source`).
         Export it before quantizing the model's weights with Keras
         (`model.quantize("int8")`): LiteRT runs Keras's int8 layers as a
-        dequantization inside every search step (about 3 times slower
-        than the float file's own dynamic-range int8, measured on the
-        translation recipe's ensemble)."""
+        dequantization inside every search step (2.4 times slower than
+        the float file's own dynamic-range int8 on the translation
+        recipe's ensemble: `benchmarks/litert_translator_export.py`)."""
         from keras_attn.export import (
             check_destination,
             check_signature_quantize,
