@@ -54,18 +54,22 @@ def tiny_model():
     return model, encode, step_fn
 
 
+def tiny_translator(parts, **kwargs):
+    """A `Translator` of `tiny_model()`'s `(model, encode, step_fn)`:
+    5 tokens at most, copying unknown words; `kwargs` override."""
+    model, encode, step_fn = parts
+    settings = {
+        "max_length": 5,
+        "trackable": model,
+        "standardize": split_sentence,
+        **kwargs,
+    }
+    return Translator(vectorizer(), TARGET, encode, step_fn, **settings)
+
+
 @pytest.mark.slow
 def test_searches_saved_model_and_litert_agree(tmp_path):
-    model, encode, step_fn = tiny_model()
-    translator = Translator(
-        vectorizer(),
-        TARGET,
-        encode,
-        step_fn,
-        max_length=5,
-        trackable=model,
-        standardize=split_sentence,
-    )
+    translator = tiny_translator(tiny_model())
     texts = ["a b c", "d .", "c c a b", "a"]
     greedy = translator.translate_greedy(tf.constant(texts))
     beam = translator.translate(tf.constant(texts))
@@ -171,17 +175,7 @@ def test_litert_translator_reads_the_sentence_own_length(tmp_path):
     # The file's source is (1, None): a 2-word sentence runs the encoder
     # and every attention on 2 positions, not on `source_length` padded
     # ones. Padding it to the full length must not change the output.
-    model, encode, step_fn = tiny_model()
-    translator = Translator(
-        vectorizer(),
-        TARGET,
-        encode,
-        step_fn,
-        max_length=5,
-        trackable=model,
-        standardize=split_sentence,
-        beam_width=3,
-    )
+    translator = tiny_translator(tiny_model(), beam_width=3)
     path = str(tmp_path / "beam.tflite")
     translator.export_tflite(path, search_method="beam")
     lite = LiteRTTranslator(path)
@@ -213,16 +207,8 @@ def test_litert_translator_reads_the_sentence_own_length(tmp_path):
 def test_save_takes_a_litert_file_exported_earlier(tmp_path):
     # The recipe's order: export LiteRT from float weights, then quantize
     # the Keras model for the SavedModel, then save the folder with it.
-    model, encode, step_fn = tiny_model()
-    translator = Translator(
-        vectorizer(),
-        TARGET,
-        encode,
-        step_fn,
-        max_length=5,
-        trackable=model,
-        standardize=split_sentence,
-    )
+    parts = tiny_model()
+    translator = tiny_translator(parts)
     early = str(tmp_path / "early.tflite")
     translator.export_tflite(early, search_method="beam")
     with pytest.raises(ValueError, match="litert_file=.*'beam'"):
@@ -234,25 +220,16 @@ def test_save_takes_a_litert_file_exported_earlier(tmp_path):
     with open(early, "rb") as a, open(f"{folder}/model.tflite", "rb") as b:
         assert a.read() == b.read()
     assert not os.path.exists(f"{folder}/model.tflite.partial")
-    other = Translator(
-        vectorizer(),
-        TARGET,
-        encode,
-        step_fn,
-        max_length=4,
-        trackable=model,
-        standardize=split_sentence,
-    )
+    other = tiny_translator(parts, max_length=4)
     with pytest.raises(ValueError, match="written by this translator"):
         other.save(str(tmp_path / "y"), litert_file=early)
     assert not os.path.exists(tmp_path / "y" / "saved_model")
     # Keras's int8 after the translator was made (and its LiteRT file
     # exported), before it first translates: the new variables (the
     # scales) reach the SavedModel (export failed on an untracked one).
-    model, encode, step_fn = tiny_model()
-    translator = Translator(
-        vectorizer(), TARGET, encode, step_fn, max_length=5, trackable=model
-    )
+    parts = tiny_model()
+    model = parts[0]
+    translator = tiny_translator(parts, standardize=None)
     translator.export_tflite(early, overwrite=True)
     model.quantize("int8", filters=lambda layer: layer is not model)
     texts = ["a b c", "d .", "c c a b"]
@@ -353,17 +330,8 @@ def test_saved_model_holds_the_weights_not_the_optimizer(tmp_path):
 
 @pytest.mark.slow
 def test_beam_search_runs_inside_the_litert_file(tmp_path):
-    model, encode, step_fn = tiny_model()
-    translator = Translator(
-        vectorizer(),
-        TARGET,
-        encode,
-        step_fn,
-        max_length=5,
-        trackable=model,
-        standardize=split_sentence,
-        beam_width=3,
-        coverage_penalty=0.2,
+    translator = tiny_translator(
+        tiny_model(), beam_width=3, coverage_penalty=0.2
     )
     path = str(tmp_path / "beam.tflite")
     translator.export_tflite(path, search_method="beam")
