@@ -297,6 +297,7 @@ class Translator(tf.Module):
         the float file's own dynamic-range int8 on the translation
         recipe's ensemble: `benchmarks/litert_translator_export.py`)."""
         from keras_attn.export import (
+            atomic_path,
             check_destination,
             check_signature_quantize,
             check_vocabulary_file,
@@ -344,9 +345,8 @@ class Translator(tf.Module):
                 bool(pad_source),
             )
         else:
-            partial = lite + ".partial"
-            shutil.copyfile(litert_file, partial)
-            os.replace(partial, lite)
+            with atomic_path(lite) as tmp:
+                shutil.copyfile(litert_file, tmp)
         return folder
 
     def _check_litert_file(self, path):

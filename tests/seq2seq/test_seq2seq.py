@@ -219,7 +219,12 @@ def test_save_takes_a_litert_file_exported_earlier(tmp_path):
     folder = translator.save(str(tmp_path / "tr"), litert_file=early)
     with open(early, "rb") as a, open(f"{folder}/model.tflite", "rb") as b:
         assert a.read() == b.read()
-    assert not os.path.exists(f"{folder}/model.tflite.partial")
+    assert sorted(os.listdir(folder)) == [
+        "model.tflite",
+        "saved_model",
+        "source_vocabulary.txt",
+        "target_vocabulary.txt",
+    ]
     other = tiny_translator(parts, max_length=4)
     with pytest.raises(ValueError, match="written by this translator"):
         other.save(str(tmp_path / "y"), litert_file=early)
