@@ -12,7 +12,11 @@ every export-matrix SavedModel. The WordPiece vectorizer of a subword
 translator added `Assert`, `If`/`StatelessIf` (ragged-shape checks; the
 branches are library functions, checked like any other), `LessEqual`,
 `StringLength`, `Substr`, `UnicodeTranscode`, `UnsortedSegmentSum` and
-`Where`: tensor and string ops, none of them touching files.
+`Where`: tensor and string ops, none of them touching files. Cutting a
+long input into pieces (`Translator(segmenter=...)`) added `GatherNd`,
+`ScatterNd` (the block-diagonal attention), `StringUpper` and
+`UnsortedSegmentJoin` (joining the pieces' translations): tensor and
+string ops.
 """
 
 ALLOWED_OPS = frozenset(
@@ -44,6 +48,7 @@ ALLOWED_OPS = frozenset(
         "Fill",
         "FloorDiv",
         "FloorMod",
+        "GatherNd",
         "GatherV2",
         "Greater",
         "GreaterEqual",
@@ -89,6 +94,7 @@ ALLOWED_OPS = frozenset(
         "Reshape",
         "ReverseV2",
         "Rsqrt",
+        "ScatterNd",
         "Select",
         "SelectV2",
         "Shape",
@@ -113,6 +119,7 @@ ALLOWED_OPS = frozenset(
         "StringLower",
         "StringSplitV2",
         "StringStrip",
+        "StringUpper",
         "Sub",
         "Substr",
         "Sum",
@@ -126,6 +133,7 @@ ALLOWED_OPS = frozenset(
         "TopKV2",
         "Transpose",
         "UnicodeTranscode",
+        "UnsortedSegmentJoin",
         "UnsortedSegmentSum",
         "VarHandleOp",
         "VarIsInitializedOp",

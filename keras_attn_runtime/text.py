@@ -308,6 +308,64 @@ def detokenizer(config, model_path):
     return DETOKENIZERS[name]
 
 
+# The known ways of cutting a long input into pieces a translator
+# trained on short sentences translates one by one, by name (patterns are
+# never read from a file, as for detokenizers). Each entry is a list of
+# stages; a stage's `(pattern, rewrite)` rules write a newline where a
+# piece ends, and apply only to pieces still longer than the translator's
+# `segment_longer_than` words. The patterns are both RE2 (the graph) and
+# Python `re` (the runtime); a rewrite holds a real newline (RE2 reads no
+# `\n` escape in a rewrite).
+_WS = "[\t\n\f\r ]"
+_CUT = "\n"
+SEGMENTERS = {
+    # English: sentences, then at `, ; :` (dropped), then before the
+    # conjunctions that open a clause.
+    "english_clauses": (
+        ((rf"({_WS}*[.!?]){_WS}+([^\t\n\f\r ])", r"\1" + _CUT + r"\2"),),
+        ((rf"{_WS}*[,;:]{_WS}+([^\t\n\f\r ])", _CUT + r"\1"),),
+        (
+            (
+                rf"{_WS}+(and|but|because|while|although|whereas){_WS}+",
+                _CUT + r"\1 ",
+            ),
+        ),
+    ),
+}
+_WS_RUN = re.compile(f"{_WS}+")
+
+
+def segmenter(name, source="segmenter"):
+    """The stages of the segmenter `name` (a `ValueError` naming `source`
+    for an unknown one)."""
+    if name not in SEGMENTERS:
+        raise ValueError(
+            f"Expected {source} to be one of {sorted(SEGMENTERS)}. "
+            f"Received: {name!r}"
+        )
+    return SEGMENTERS[name]
+
+
+def segments(text, stages, longer_than):
+    """The pieces of `text` a translator translates one by one: `[text]`
+    for an input of at most `longer_than` words; otherwise cut by
+    `stages` (a `SEGMENTERS` entry), stage after stage while a piece is
+    longer, each piece after the first capitalized. Spaces are made
+    single; an input with no words gives `[]`. The same steps as
+    `keras_attn.seq2seq.Translator`'s graph."""
+    pieces = [_WS_RUN.sub(" ", text).strip(" ")]
+    for rules in stages:
+        cut = []
+        for piece in pieces:
+            if len(piece.split(" ")) > longer_than:
+                for pattern, rewrite in rules:
+                    piece = re.sub(pattern, rewrite, piece)
+            cut += [p.strip(" ") for p in piece.split("\n")]
+        pieces = cut
+    pieces = [p for p in pieces if p]
+    return pieces[:1] + [p[0].upper() + p[1:] for p in pieces[1:]]
+
+
 # Words a subword vocabulary leaves out, by name: they become `[UNK]`,
 # which a translator copies from the source. Patterns are never read from
 # a model file, as for detokenizers.

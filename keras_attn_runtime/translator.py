@@ -24,6 +24,8 @@ from keras_attn_runtime.text import (
     as_texts,
     detokenizer,
     parse_vocabulary,
+    segmenter,
+    segments,
     wordpiece,
 )
 
@@ -100,6 +102,16 @@ class LiteRTTranslator:
             int(config["unknown_id"]) if config.get("copy_unknown") else -1
         )
         self.detokenize = detokenizer(config, model_path)
+        self.segmenter = config.get("segmenter")
+        if self.segmenter is not None:
+            self.segmenter = segmenter(
+                self.segmenter, f"the segmenter of {model_path!r}"
+            )
+            self.segment_longer_than = metadata_length(
+                config.get("segment_longer_than"),
+                "segment_longer_than",
+                model_path,
+            )
         self.subwords = config.get("subwords")
         if self.subwords is not None:
             rule = self.subwords.get("unknown_words")
@@ -166,7 +178,17 @@ class LiteRTTranslator:
         return ids, align[: len(ids)], words
 
     def translate(self, text, truncate=False):
-        """The translation of `text` (empty for an input with no words)."""
+        """The translation of `text` (empty for an input with no words).
+        A file written with a `segmenter` cuts a long input into pieces,
+        translated one by one (`translate_ids` takes one piece)."""
+        if self.segmenter is None:
+            return self._translate_piece(text, truncate)
+        (text,) = as_texts([text], "text")
+        pieces = segments(text, self.segmenter, self.segment_longer_than)
+        joined = " ".join(self._translate_piece(p, truncate) for p in pieces)
+        return joined.strip()
+
+    def _translate_piece(self, text, truncate):
         ids, align, words = self.translate_ids(text, truncate)
         # An output [UNK] copies the most attended source word among the
         # source's own unknown words (all of them if it has none), as

@@ -70,6 +70,10 @@ HPARAMS = {
     "length_penalty": 0.6,
     "coverage_penalty": 0.2,
     "copy_bonus": 1.5,  # added to [UNK]'s logit when the source has one
+    # Inputs over 8 words (the training sentences have at most 7) are cut
+    # into sentences and clauses, translated one by one.
+    "segmenter": "english_clauses",
+    "segment_longer_than": 8,
     "time_limit": 80 * 60,  # seconds of training at most
     "seed": 1337,
 }
@@ -421,6 +425,8 @@ def main(
         beam_width=hp["beam_width"],
         length_penalty=hp["length_penalty"],
         coverage_penalty=hp["coverage_penalty"],
+        segmenter=hp["segmenter"],
+        segment_longer_than=hp["segment_longer_than"],
     )
     scratch = tempfile.TemporaryDirectory()
     litert = os.path.join(scratch.name, "model.tflite")

@@ -128,7 +128,10 @@ def test_shipped_translator_writes_cased_french_and_copies_numbers():
         "",
         "   ",
     ]
-    limit = fn(tf.constant(["x"]))["attention"].shape[-1]  # tokens read
+    probe = fn(tf.constant(["x"]))
+    limit = probe["attention"].shape[-1]  # tokens read
+    if "source_length" in probe:  # a translator that cuts long inputs
+        limit = int(probe["source_length"].numpy()[0])
     cases.append(" ".join(["very"] * (limit + 10)) + " long.")
     out = fn(tf.constant(cases))
     got = [t.decode() for t in out["translation"].numpy()]
@@ -353,7 +356,7 @@ def test_shipped_translator_leaves_no_english_in_everyday_sentences():
     not os.path.isdir(os.path.join(TRANSLATOR, "saved_model")),
     reason="no translator shipped",
 )
-def test_shipped_translator_reads_forty_words_whole():
+def test_shipped_translator_translates_forty_words_whole():
     import tensorflow as tf
 
     sentence = (
@@ -373,5 +376,21 @@ def test_shipped_translator_reads_forty_words_whole():
     assert out["source_truncated"].numpy().tolist() == [False]
     tokens = [t for t in out["source_tokens"].numpy()[0] if t]
     assert tokens[-1] == b"."  # the last word was read
-    # The search ended by itself (an end token), not at the length limit.
-    assert out["target_tokens"].numpy()[0][-1] == b""
+    # Translated whole: cut into the clauses the runtime cuts it into
+    # (the training sentences have at most 7 words), each translated on
+    # its own, none dropped, each search ended by its end token.
+    from keras_attn_runtime import segmenter, segments
+
+    config = _translator_config()
+    pieces = segments(
+        sentence,
+        segmenter(config["segmenter"]),
+        config["segment_longer_than"],
+    )
+    assert out["pieces"].numpy().tolist() == [len(pieces)] and len(pieces) >= 4
+    alone = fn(tf.constant(pieces))
+    assert alone["pieces"].numpy().tolist() == [1] * len(pieces)
+    each = [t.decode() for t in alone["translation"].numpy()]
+    written = [sum(map(bool, row)) for row in alone["target_tokens"].numpy()]
+    assert all(each) and max(written) < config["max_length"], written
+    assert out["translation"].numpy()[0].decode() == " ".join(each)

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from keras_attn.seq2seq import search
 from keras_attn_runtime import DETOKENIZERS, artifact
+from keras_attn_runtime import segmenter as find_segmenter
 
 # Joining French output tokens (the runtime's named rules).
 DETOKENIZE = DETOKENIZERS["french"]
@@ -67,12 +68,23 @@ class Translator(tf.Module):
             `"[start]"`, `"[end]"` and `"[UNK]"`.
         detokenize: `(regex, rewrite)` pairs joining the output tokens.
             Defaults to the French rules of `DETOKENIZE`.
+        segmenter: the name of a `keras_attn_runtime.SEGMENTERS` entry:
+            an input of more than `segment_longer_than` words is cut into
+            pieces (sentences, clauses) translated one by one and joined,
+            for a model trained on short sentences. Defaults to `None`
+            (never cut).
+        segment_longer_than: see `segmenter`. Defaults to `8`.
 
     Signatures (each takes a batch of strings): `translate` (beam search,
     also `serving_default`) and `translate_greedy`, returning
     `translation`, `target_tokens`, `source_tokens`, `attention`
     `(B, target, source)` and `source_truncated` (the input had more words
-    than the model reads).
+    than the model reads). With a `segmenter`, the tokens are the pieces'
+    tokens one after the other, the attention is block-diagonal (each
+    piece's output attends to its own source), `source_truncated` says
+    whether a piece had more tokens than the model reads, and two more
+    outputs give each input's number of `pieces` and the `source_length`
+    a piece may have.
     """
 
     def __init__(
@@ -91,8 +103,23 @@ class Translator(tf.Module):
         end="[end]",
         unknown="[UNK]",
         detokenize=DETOKENIZE,
+        segmenter=None,
+        segment_longer_than=8,
     ):
         super().__init__()
+        if segmenter is not None:
+            find_segmenter(segmenter, "segmenter")
+        if (
+            isinstance(segment_longer_than, bool)
+            or not isinstance(segment_longer_than, int)
+            or segment_longer_than < 1
+        ):
+            raise ValueError(
+                "Expected segment_longer_than to be a positive integer. "
+                f"Received: segment_longer_than={segment_longer_than!r}"
+            )
+        self.segmenter = segmenter
+        self.segment_longer_than = segment_longer_than
         vocab = list(target_vocabulary)
         for name, token in (("start", start), ("end", end)):
             if token not in vocab:
@@ -201,13 +228,140 @@ class Translator(tf.Module):
             "source_truncated": truncated,
         }
 
+    def _pieces(self, text):
+        """`text` (B,) cut into the pieces the search translates, as
+        `keras_attn_runtime.segments`: the pieces `(P,)` in order and the
+        input each comes from `(P,)`. Plain tensors, no ragged ones: a
+        ragged op brings its shape checks into the SavedModel."""
+        space = "[\t\n\f\r ]+"
+        pieces = tf.strings.strip(tf.strings.regex_replace(text, space, " "))
+        rows = tf.range(tf.size(pieces, tf.int64))
+        for rules in find_segmenter(self.segmenter):
+            spaces = tf.strings.length(pieces) - tf.strings.length(
+                tf.strings.regex_replace(pieces, " ", "")
+            )
+            cut = pieces
+            for pattern, rewrite in rules:
+                cut = tf.strings.regex_replace(cut, pattern, rewrite)
+            long = spaces + 1 > self.segment_longer_than
+            split = tf.raw_ops.StringSplitV2(
+                input=tf.where(long, cut, pieces), sep="\n"
+            )
+            rows = tf.gather(rows, split.indices[:, 0])
+            pieces = tf.strings.strip(split.values)
+        kept = tf.where(pieces != "")[:, 0]
+        pieces, rows = tf.gather(pieces, kept), tf.gather(rows, kept)
+        # Each piece after the first of its input starts with a capital.
+        later = tf.concat([[False], rows[1:] == rows[:-1]], axis=0)
+        chars = tf.strings.length(pieces, unit="UTF8_CHAR")
+        one = tf.fill(tf.shape(chars), 1)
+        head = tf.strings.substr(pieces, one - 1, one, unit="UTF8_CHAR")
+        tail = tf.strings.substr(pieces, one, chars - 1, unit="UTF8_CHAR")
+        upper = tf.strings.upper(head, encoding="utf-8") + tail
+        return tf.where(later, upper, pieces), rows
+
+    def _run(self, text, method):
+        if self.segmenter is None:
+            return self._search(text, method)
+        pieces, rows = self._pieces(text)
+        out = self._search(pieces, method)
+        batch = tf.size(text, tf.int64)
+        ones = tf.fill(tf.shape(rows), tf.constant(1, tf.int64))
+        count = tf.math.unsorted_segment_sum(ones, rows, batch)
+        truncated = tf.math.unsorted_segment_sum(
+            tf.cast(out["source_truncated"], tf.int64), rows, batch
+        )
+        joined = tf.strings.unsorted_segment_join(
+            out["translation"], rows, batch, separator=" "
+        )
+        result = {
+            "translation": tf.strings.strip(joined),
+            "source_truncated": truncated > 0,
+            # How many pieces each input became, and how many tokens the
+            # model reads in one (the attention's width is no longer it).
+            "pieces": tf.cast(count, tf.int32),
+            "source_length": tf.fill(
+                tf.shape(text), tf.constant(self.source_length, tf.int32)
+            ),
+        }
+        lengths = {}
+        for key in ("target_tokens", "source_tokens"):
+            lengths[key], result[key] = self._concatenated(
+                out[key], rows, batch
+            )
+        result["attention"] = self._block_diagonal(
+            out["attention"],
+            rows,
+            batch,
+            lengths["target_tokens"],
+            lengths["source_tokens"],
+        )
+        return result
+
+    @staticmethod
+    def _concatenated(tokens, rows, batch):
+        """The pieces' tokens `(P, T)` (each piece's first, then `""`) one
+        piece after the other per input, `(B, longest)` padded with `""`;
+        and each piece's token count `(P,)`."""
+        present = tokens != ""
+        lengths = tf.reduce_sum(tf.cast(present, tf.int64), axis=1)
+        values = tf.gather_nd(tokens, tf.where(present))  # in order
+        per_input = tf.math.unsorted_segment_sum(lengths, rows, batch)
+        first = tf.cumsum(per_input, exclusive=True)
+        k = tf.range(tf.reduce_max(tf.concat([per_input, [0]], 0)))
+        inside = k[None, :] < per_input[:, None]
+        at = tf.where(inside, first[:, None] + k[None, :], 0)
+        values = tf.concat([values, [""]], axis=0)  # never an empty gather
+        return lengths, tf.where(inside, tf.gather(values, at), "")
+
+    @staticmethod
+    def _block_diagonal(attention, rows, batch, target, source):
+        """The pieces' attention `(P, L, S)` as one `(B, sum L_p, sum S_p)`
+        map per input: piece `p`'s first `target[p]` rows and `source[p]`
+        columns, placed after its input's earlier pieces (`rows`: each
+        piece's input, in order)."""
+
+        def offsets(lengths):  # within the input, (P,)
+            before = tf.cumsum(lengths, exclusive=True)
+            firsts = tf.cumsum(
+                tf.math.unsorted_segment_sum(lengths, rows, batch),
+                exclusive=True,
+            )
+            return before - tf.gather(firsts, rows)
+
+        t0, s0 = offsets(target), offsets(source)
+        shape = tf.shape(attention, out_type=tf.int64)
+        i = tf.range(shape[1])[None, :, None]
+        j = tf.range(shape[2])[None, None, :]
+        inside = (i < target[:, None, None]) & (j < source[:, None, None])
+        at = tf.where(inside)  # (N, 3): piece, row, column
+        p = at[:, 0]
+        index = tf.stack(
+            [
+                tf.gather(rows, p),
+                tf.gather(t0, p) + at[:, 1],
+                tf.gather(s0, p) + at[:, 2],
+            ],
+            axis=1,
+        )
+
+        def widest(lengths):
+            per_input = tf.math.unsorted_segment_sum(lengths, rows, batch)
+            return tf.reduce_max(tf.concat([per_input, [0]], axis=0))
+
+        return tf.scatter_nd(
+            index,
+            tf.gather_nd(attention, at),
+            tf.stack([batch, widest(target), widest(source)]),
+        )
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def translate(self, text):
-        return self._search(text, "beam")
+        return self._run(text, "beam")
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def translate_greedy(self, text):
-        return self._search(text, "greedy")
+        return self._run(text, "greedy")
 
     def translate_texts(self, sentences, greedy=False, batch_size=256):
         """Translate a list of Python strings, `batch_size` at a time, by
@@ -468,6 +622,14 @@ class Translator(tf.Module):
             detokenizer=named[0],
             search=search_method,
             **self._subword_config(),
+            **(
+                {}
+                if self.segmenter is None
+                else {
+                    "segmenter": self.segmenter,
+                    "segment_longer_than": self.segment_longer_than,
+                }
+            ),
         )
         metadata = {
             artifact.METADATA_CONFIG: json.dumps(config).encode(),

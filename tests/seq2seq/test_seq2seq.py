@@ -352,3 +352,129 @@ def test_beam_search_runs_inside_the_litert_file(tmp_path):
         translator.export_tflite(
             str(tmp_path / "x.tflite"), search_method="sample"
         )
+
+
+LONG = ["a b c , d a", "a b . c d a b", "", "a", "a b c and d c", " \t "]
+
+
+def test_segmenter_translates_the_pieces_one_by_one():
+    """A long input is cut into the pieces `keras_attn_runtime.segments`
+    gives; each piece is translated as on its own, the translations
+    joined, the tokens concatenated and the attention block-diagonal."""
+    from keras_attn_runtime import segmenter, segments
+
+    parts = tiny_model()
+    cut = tiny_translator(
+        parts,
+        segmenter="english_clauses",
+        **{
+            "segment_longer_than": 2,
+        },
+    )
+    plain = tiny_translator(parts)
+    out = cut.translate(tf.constant(LONG))
+    stages = segmenter("english_clauses")
+    counts = [len(segments(t, stages, 2)) for t in LONG]
+    assert out["pieces"].numpy().tolist() == counts == [2, 2, 0, 1, 2, 0]
+    assert out["source_length"].numpy().tolist() == [S] * len(LONG)
+    for row, text in enumerate(LONG):
+        pieces = segments(text, stages, 2)
+        if not pieces:
+            assert out["translation"].numpy()[row] == b""
+            assert not any(out["target_tokens"].numpy()[row])
+            continue
+        alone = plain.translate(tf.constant(pieces))
+        expected = " ".join(t.decode() for t in alone["translation"].numpy())
+        assert out["translation"].numpy()[row].decode() == expected.strip()
+        blocks, t0, s0 = out["attention"].numpy()[row], 0, 0
+        sources, targets = [], []
+        for p in range(len(pieces)):
+            src = [w for w in alone["source_tokens"].numpy()[p] if w]
+            tgt = [w for w in alone["target_tokens"].numpy()[p] if w]
+            sources += src
+            targets += tgt
+            block = blocks[t0 : t0 + len(tgt), s0 : s0 + len(src)]
+            ref = alone["attention"].numpy()[p][: len(tgt), : len(src)]
+            np.testing.assert_allclose(block, ref, atol=1e-6)
+            # Nothing outside the piece's own block in its rows.
+            assert np.abs(blocks[t0 : t0 + len(tgt)]).sum() == (
+                pytest.approx(np.abs(ref).sum(), abs=1e-5)
+            )
+            t0, s0 = t0 + len(tgt), s0 + len(src)
+        got_src = [w for w in out["source_tokens"].numpy()[row] if w]
+        got_tgt = [w for w in out["target_tokens"].numpy()[row] if w]
+        assert (got_src, got_tgt) == (sources, targets)
+    # Under the threshold nothing is cut: the same as without a segmenter.
+    short = ["a b", "a , b", "c . d"]
+    never = tiny_translator(parts, segmenter="english_clauses")
+    assert never.translate(tf.constant(short))[
+        "translation"
+    ].numpy().tolist() == (
+        plain.translate(tf.constant(short))["translation"].numpy().tolist()
+    )
+
+
+def test_graph_pieces_are_the_runtime_pieces():
+    """`Translator`'s in-graph cutting (RE2) and the runtime's
+    (`keras_attn_runtime.segments`, Python `re`) give the same pieces."""
+    from keras_attn_runtime import SEGMENTERS, segments
+
+    texts = [
+        "The cat sleeps on the sofa , my mother washes the dishes after "
+        "lunch , the children are playing in the garden and my grandmother "
+        "knits warm sweaters because it is very cold here .",
+        "He went home early;  we stayed at the party until midnight. "
+        "She said: élan is fine, but I was tired!  Then\twe left?",
+        "Tom has 1,000 books and 3.5 cats, and a dog but no time at all.",
+        "short, one.",
+        "",
+        "   ",
+        "a,b,c,d,e,f,g,h,i,j",
+        "und so weiter, ändern, öffnen, über alles hinaus, wirklich gut",
+    ]
+    for name, stages in SEGMENTERS.items():
+        for longer in (1, 4, 8):
+            translator = tiny_translator(
+                tiny_model(), segmenter=name, segment_longer_than=longer
+            )
+            pieces, rows = translator._pieces(tf.constant(texts))
+            got = [[] for _ in texts]
+            for piece, row in zip(pieces.numpy(), rows.numpy(), strict=True):
+                got[row].append(piece.decode())
+            assert got == [segments(t, stages, longer) for t in texts]
+
+
+def test_segmenter_arguments_are_checked():
+    for kwargs, name in (
+        ({"segmenter": "klingon"}, "segmenter"),
+        (
+            {"segmenter": "english_clauses", "segment_longer_than": 0},
+            "segment_longer_than",
+        ),
+        ({"segment_longer_than": 2.5}, "segment_longer_than"),
+        ({"segment_longer_than": True}, "segment_longer_than"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            tiny_translator(tiny_model(), **kwargs)
+
+
+@pytest.mark.slow
+def test_segmenter_travels_to_the_saved_model_and_the_litert_file(tmp_path):
+    from keras_attn.trust import check_saved_model
+
+    translator = tiny_translator(
+        tiny_model(), segmenter="english_clauses", segment_longer_than=2
+    )
+    folder = translator.save(str(tmp_path / "t"), search_method="beam")
+    check_saved_model(os.path.join(folder, "saved_model"))
+    loaded = tf.saved_model.load(os.path.join(folder, "saved_model"))
+    expected = translator.translate(tf.constant(LONG))["translation"].numpy()
+    again = loaded.signatures["translate"](tf.constant(LONG))["translation"]
+    assert again.numpy().tolist() == expected.tolist()
+    lite = LiteRTTranslator(os.path.join(folder, "model.tflite"))
+    assert [lite.translate(t) for t in LONG] == [t.decode() for t in expected]
+    # The pieces were cut: the first input is two pieces, not one.
+    assert lite.segment_longer_than == 2
+    plain = tiny_translator(tiny_model())
+    whole = plain.translate(tf.constant(LONG[:1]))["translation"].numpy()
+    assert whole[0] != expected[0]
