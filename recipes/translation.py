@@ -350,6 +350,32 @@ def favour_copies(encode, step_fn, unknown_id, bonus):
     return encode_flagged, step_flagged
 
 
+def make_translator(trainer, encode, step_fn, vec_en, vec_fr, hp):
+    """The `seq2seq.Translator` of the model, copying numbers
+    (`favour_copies`), with the search and cutting settings of `hp`."""
+    vocabulary = vec_fr.get_vocabulary()
+    encode, step_fn = favour_copies(
+        encode, step_fn, vocabulary.index("[UNK]"), hp["copy_bonus"]
+    )
+    return seq2seq.Translator(
+        vec_en,
+        vocabulary,
+        encode,
+        step_fn,
+        hp["target_length"],
+        trackable=trainer,
+        standardize=split_sentence,
+        detokenize=DETOKENIZERS[
+            "french_wordpiece" if hp["subwords"] else "french"
+        ],
+        beam_width=hp["beam_width"],
+        length_penalty=hp["length_penalty"],
+        coverage_penalty=hp["coverage_penalty"],
+        segmenter=hp["segmenter"],
+        segment_longer_than=hp["segment_longer_than"],
+    )
+
+
 def evaluate(translator, pairs, greedy=False):
     """Scores on `pairs` and the (English, translation) list."""
     sentences, refs = seq2seq.references(pairs)
@@ -407,27 +433,7 @@ def main(
         )
         if weights:
             trainer.save_weights(weights)
-    vocabulary = vec_fr.get_vocabulary()
-    encode, step_fn = favour_copies(
-        encode, step_fn, vocabulary.index("[UNK]"), hp["copy_bonus"]
-    )
-    translator = seq2seq.Translator(
-        vec_en,
-        vocabulary,
-        encode,
-        step_fn,
-        hp["target_length"],
-        trackable=trainer,
-        standardize=split_sentence,
-        detokenize=DETOKENIZERS[
-            "french_wordpiece" if hp["subwords"] else "french"
-        ],
-        beam_width=hp["beam_width"],
-        length_penalty=hp["length_penalty"],
-        coverage_penalty=hp["coverage_penalty"],
-        segmenter=hp["segmenter"],
-        segment_longer_than=hp["segment_longer_than"],
-    )
+    translator = make_translator(trainer, encode, step_fn, vec_en, vec_fr, hp)
     scratch = tempfile.TemporaryDirectory()
     litert = os.path.join(scratch.name, "model.tflite")
     if out:  # from the float weights: LiteRT's own int8 is 2.4x faster
