@@ -16,9 +16,8 @@ import shutil
 
 import tensorflow as tf
 
-from keras_attn.seq2seq import search
+from keras_attn.seq2seq import search, segmenting
 from keras_attn_runtime import DETOKENIZERS, artifact
-from keras_attn_runtime import segmenter as find_segmenter
 
 # Joining French output tokens (the runtime's named rules).
 DETOKENIZE = DETOKENIZERS["french"]
@@ -107,17 +106,7 @@ class Translator(tf.Module):
         segment_longer_than=8,
     ):
         super().__init__()
-        if segmenter is not None:
-            find_segmenter(segmenter, "segmenter")
-        if (
-            isinstance(segment_longer_than, bool)
-            or not isinstance(segment_longer_than, int)
-            or segment_longer_than < 1
-        ):
-            raise ValueError(
-                "Expected segment_longer_than to be a positive integer. "
-                f"Received: segment_longer_than={segment_longer_than!r}"
-            )
+        segmenting.check(segmenter, segment_longer_than)
         self.segmenter = segmenter
         self.segment_longer_than = segment_longer_than
         vocab = list(target_vocabulary)
@@ -228,131 +217,17 @@ class Translator(tf.Module):
             "source_truncated": truncated,
         }
 
-    def _pieces(self, text):
-        """`text` (B,) cut into the pieces the search translates, as
-        `keras_attn_runtime.segments`: the pieces `(P,)` in order and the
-        input each comes from `(P,)`. Plain tensors, no ragged ones: a
-        ragged op brings its shape checks into the SavedModel."""
-        space = "[\t\n\f\r ]+"
-        pieces = tf.strings.strip(tf.strings.regex_replace(text, space, " "))
-        rows = tf.range(tf.size(pieces, tf.int64))
-        for rules in find_segmenter(self.segmenter):
-            spaces = tf.strings.length(pieces) - tf.strings.length(
-                tf.strings.regex_replace(pieces, " ", "")
-            )
-            cut = pieces
-            for pattern, rewrite in rules:
-                cut = tf.strings.regex_replace(cut, pattern, rewrite)
-            long = spaces + 1 > self.segment_longer_than
-            split = tf.raw_ops.StringSplitV2(
-                input=tf.where(long, cut, pieces), sep="\n"
-            )
-            rows = tf.gather(rows, split.indices[:, 0])
-            pieces = tf.strings.strip(split.values)
-        kept = tf.where(pieces != "")[:, 0]
-        pieces, rows = tf.gather(pieces, kept), tf.gather(rows, kept)
-        # Each piece after the first of its input starts with a capital.
-        later = tf.concat([[False], rows[1:] == rows[:-1]], axis=0)
-        chars = tf.strings.length(pieces, unit="UTF8_CHAR")
-        one = tf.fill(tf.shape(chars), 1)
-        head = tf.strings.substr(pieces, one - 1, one, unit="UTF8_CHAR")
-        tail = tf.strings.substr(pieces, one, chars - 1, unit="UTF8_CHAR")
-        upper = tf.strings.upper(head, encoding="utf-8") + tail
-        return tf.where(later, upper, pieces), rows
-
     def _run(self, text, method):
         if self.segmenter is None:
             return self._search(text, method)
-        pieces, rows = self._pieces(text)
-        out = self._search(pieces, method)
-        batch = tf.size(text, tf.int64)
-        ones = tf.fill(tf.shape(rows), tf.constant(1, tf.int64))
-        count = tf.math.unsorted_segment_sum(ones, rows, batch)
-        truncated = tf.math.unsorted_segment_sum(
-            tf.cast(out["source_truncated"], tf.int64), rows, batch
+        pieces, rows = segmenting.cut(
+            text, self.segmenter, self.segment_longer_than
         )
-        joined = tf.strings.unsorted_segment_join(
-            out["translation"], rows, batch, separator=" "
-        )
-        result = {
-            "translation": tf.strings.strip(joined),
-            "source_truncated": truncated > 0,
-            # How many pieces each input became, and how many tokens the
-            # model reads in one (the attention's width is no longer it).
-            "pieces": tf.cast(count, tf.int32),
-            "source_length": tf.fill(
-                tf.shape(text), tf.constant(self.source_length, tf.int32)
-            ),
-        }
-        lengths = {}
-        for key in ("target_tokens", "source_tokens"):
-            lengths[key], result[key] = self._concatenated(
-                out[key], rows, batch
-            )
-        result["attention"] = self._block_diagonal(
-            out["attention"],
+        return segmenting.join(
+            self._search(pieces, method),
             rows,
-            batch,
-            lengths["target_tokens"],
-            lengths["source_tokens"],
-        )
-        return result
-
-    @staticmethod
-    def _concatenated(tokens, rows, batch):
-        """The pieces' tokens `(P, T)` (each piece's first, then `""`) one
-        piece after the other per input, `(B, longest)` padded with `""`;
-        and each piece's token count `(P,)`."""
-        present = tokens != ""
-        lengths = tf.reduce_sum(tf.cast(present, tf.int64), axis=1)
-        values = tf.gather_nd(tokens, tf.where(present))  # in order
-        per_input = tf.math.unsorted_segment_sum(lengths, rows, batch)
-        first = tf.cumsum(per_input, exclusive=True)
-        k = tf.range(tf.reduce_max(tf.concat([per_input, [0]], 0)))
-        inside = k[None, :] < per_input[:, None]
-        at = tf.where(inside, first[:, None] + k[None, :], 0)
-        values = tf.concat([values, [""]], axis=0)  # never an empty gather
-        return lengths, tf.where(inside, tf.gather(values, at), "")
-
-    @staticmethod
-    def _block_diagonal(attention, rows, batch, target, source):
-        """The pieces' attention `(P, L, S)` as one `(B, sum L_p, sum S_p)`
-        map per input: piece `p`'s first `target[p]` rows and `source[p]`
-        columns, placed after its input's earlier pieces (`rows`: each
-        piece's input, in order)."""
-
-        def offsets(lengths):  # within the input, (P,)
-            before = tf.cumsum(lengths, exclusive=True)
-            firsts = tf.cumsum(
-                tf.math.unsorted_segment_sum(lengths, rows, batch),
-                exclusive=True,
-            )
-            return before - tf.gather(firsts, rows)
-
-        t0, s0 = offsets(target), offsets(source)
-        shape = tf.shape(attention, out_type=tf.int64)
-        i = tf.range(shape[1])[None, :, None]
-        j = tf.range(shape[2])[None, None, :]
-        inside = (i < target[:, None, None]) & (j < source[:, None, None])
-        at = tf.where(inside)  # (N, 3): piece, row, column
-        p = at[:, 0]
-        index = tf.stack(
-            [
-                tf.gather(rows, p),
-                tf.gather(t0, p) + at[:, 1],
-                tf.gather(s0, p) + at[:, 2],
-            ],
-            axis=1,
-        )
-
-        def widest(lengths):
-            per_input = tf.math.unsorted_segment_sum(lengths, rows, batch)
-            return tf.reduce_max(tf.concat([per_input, [0]], axis=0))
-
-        return tf.scatter_nd(
-            index,
-            tf.gather_nd(attention, at),
-            tf.stack([batch, widest(target), widest(source)]),
+            tf.size(text, tf.int64),
+            self.source_length,
         )
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])

@@ -415,8 +415,10 @@ def test_segmenter_translates_the_pieces_one_by_one():
 
 
 def test_graph_pieces_are_the_runtime_pieces():
-    """`Translator`'s in-graph cutting (RE2) and the runtime's
-    (`keras_attn_runtime.segments`, Python `re`) give the same pieces."""
+    """`Translator`'s in-graph cutting (`seq2seq.segmenting.cut`, RE2)
+    and the runtime's (`keras_attn_runtime.segments`, Python `re`) give
+    the same pieces."""
+    from keras_attn.seq2seq import segmenting
     from keras_attn_runtime import SEGMENTERS, segments
 
     texts = [
@@ -434,10 +436,7 @@ def test_graph_pieces_are_the_runtime_pieces():
     ]
     for name, stages in SEGMENTERS.items():
         for longer in (1, 4, 8):
-            translator = tiny_translator(
-                tiny_model(), segmenter=name, segment_longer_than=longer
-            )
-            pieces, rows = translator._pieces(tf.constant(texts))
+            pieces, rows = segmenting.cut(tf.constant(texts), name, longer)
             got = [[] for _ in texts]
             for piece, row in zip(pieces.numpy(), rows.numpy(), strict=True):
                 got[row].append(piece.decode())
