@@ -45,13 +45,12 @@ def read_vocabulary(folder, name):
 
 
 def build(vocabularies):
-    """The recipe's model for these vocabularies, with the same layer
-    names (and so variable paths) each time."""
+    """The recipe's `(model, encode, step_fn)` for these vocabularies,
+    with the same layer names (and so variable paths) each time."""
     keras.backend.clear_session()
     hp = dict(translation.HPARAMS)
     sizes = [len(vocabularies[k]) + 2 for k in ("source", "target")]
-    trainer, _, _ = translation.build_models(*sizes, hp)
-    return trainer
+    return translation.build_models(*sizes, hp)
 
 
 def int8_weight_only(trainer):
@@ -75,11 +74,21 @@ def dequantized(layer):
 
 
 def main(folder, weights):
+    for path in (weights, weights + ".vocabularies.json"):
+        if os.path.lexists(path):
+            raise ValueError(
+                f"Expected a new file for weights. Received: {path!r}, which "
+                "exists (nothing is overwritten)"
+            )
+    if not weights.endswith(".weights.h5"):
+        raise ValueError(
+            f"Expected weights to end with .weights.h5. Received: {weights!r}"
+        )
     vocabularies = {
         "source": read_vocabulary(folder, "source_vocabulary.txt"),
         "target": read_vocabulary(folder, "target_vocabulary.txt"),
     }
-    shipped = build(vocabularies)
+    shipped = build(vocabularies)[0]
     int8_weight_only(shipped)
     reader = tf.train.load_checkpoint(
         os.path.join(folder, "saved_model", "variables", "variables")
@@ -99,7 +108,7 @@ def main(folder, weights):
     for layer in shipped._flatten_layers():
         if getattr(layer, "quantization_mode", None) == "int8":
             floats.update(dequantized(layer))
-    restored = build(vocabularies)
+    restored = build(vocabularies)[0]
     by_path = {v.path: v for v in shipped.variables}
     for variable in restored.variables:
         value = floats.get(variable.path)
@@ -107,7 +116,7 @@ def main(folder, weights):
             value = by_path[variable.path].numpy()
         variable.assign(value)
     # Quantized again, the float weights give back the shipped values.
-    again = build(vocabularies)
+    again = build(vocabularies)[0]
     again.set_weights(restored.get_weights())
     int8_weight_only(again)
     # The same int8 values; the scales to 1e-5 (Keras adds an epsilon).
