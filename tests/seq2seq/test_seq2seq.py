@@ -434,6 +434,34 @@ def test_graph_pieces_are_the_runtime_pieces():
         "a,b,c,d,e,f,g,h,i,j",
         "und so weiter, ändern, öffnen, über alles hinaus, wirklich gut",
     ]
+    # And random ones made of what the rules look at.
+    rng = np.random.default_rng(0)
+    parts = [
+        "a",
+        "ß",
+        "éa",
+        "and",
+        "But",
+        "because",
+        "1,000",
+        "x.y",
+        ",",
+        ".",
+        "!",
+        "?",
+        ";",
+        ":",
+        " ",
+        "  ",
+        "\t",
+        "\n",
+    ]
+    for _ in range(200):
+        picked = rng.choice(len(parts), rng.integers(0, 30))
+        glue = rng.choice(["", " "], len(picked))
+        texts.append(
+            "".join(g + parts[i] for g, i in zip(glue, picked, strict=True))
+        )
     for name, stages in SEGMENTERS.items():
         for longer in (1, 4, 8):
             pieces, rows = segmenting.cut(tf.constant(texts), name, longer)
