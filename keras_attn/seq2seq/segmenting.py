@@ -51,7 +51,8 @@ def cut(text, segmenter, longer_than):
         pieces = tf.strings.strip(split.values)
     kept = tf.where(pieces != "")[:, 0]
     pieces, rows = tf.gather(pieces, kept), tf.gather(rows, kept)
-    later = tf.concat([[False], rows[1:] == rows[:-1]], axis=0)
+    # Whether each piece follows another of its input (none for P = 0).
+    later = tf.concat([[False], rows[1:] == rows[:-1]], axis=0)[: tf.size(rows)]
     chars = tf.strings.length(pieces, unit="UTF8_CHAR")
     one = tf.fill(tf.shape(chars), 1)
     head = tf.strings.substr(pieces, one - 1, one, unit="UTF8_CHAR")

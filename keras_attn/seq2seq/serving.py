@@ -78,12 +78,8 @@ class Translator(tf.Module):
     also `serving_default`) and `translate_greedy`, returning
     `translation`, `target_tokens`, `source_tokens`, `attention`
     `(B, target, source)` and `source_truncated` (the input had more words
-    than the model reads). With a `segmenter`, the tokens are the pieces'
-    tokens one after the other, the attention is block-diagonal (each
-    piece's output attends to its own source), `source_truncated` says
-    whether a piece had more tokens than the model reads, and two more
-    outputs give each input's number of `pieces` and the `source_length`
-    a piece may have.
+    than the model reads); with a `segmenter`, also `pieces` and
+    `source_length` (`seq2seq.segmenting.join` says what each becomes).
     """
 
     def __init__(
@@ -497,14 +493,8 @@ class Translator(tf.Module):
             detokenizer=named[0],
             search=search_method,
             **self._subword_config(),
-            **(
-                {}
-                if self.segmenter is None
-                else {
-                    "segmenter": self.segmenter,
-                    "segment_longer_than": self.segment_longer_than,
-                }
-            ),
+            segmenter=self.segmenter,
+            segment_longer_than=self.segment_longer_than,
         )
         metadata = {
             artifact.METADATA_CONFIG: json.dumps(config).encode(),

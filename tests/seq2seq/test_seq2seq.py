@@ -365,11 +365,7 @@ def test_segmenter_translates_the_pieces_one_by_one():
 
     parts = tiny_model()
     cut = tiny_translator(
-        parts,
-        segmenter="english_clauses",
-        **{
-            "segment_longer_than": 2,
-        },
+        parts, segmenter="english_clauses", segment_longer_than=2
     )
     plain = tiny_translator(parts)
     out = cut.translate(tf.constant(LONG))
@@ -404,6 +400,11 @@ def test_segmenter_translates_the_pieces_one_by_one():
         got_src = [w for w in out["source_tokens"].numpy()[row] if w]
         got_tgt = [w for w in out["target_tokens"].numpy()[row] if w]
         assert (got_src, got_tgt) == (sources, targets)
+    # A batch of blank inputs has no piece at all: empty outputs.
+    blank = cut.translate(tf.constant(["", " "]))
+    assert blank["translation"].numpy().tolist() == [b"", b""]
+    assert blank["pieces"].numpy().tolist() == [0, 0]
+    assert tuple(blank["attention"].shape) == (2, 0, 0)
     # Under the threshold nothing is cut: the same as without a segmenter.
     short = ["a b", "a , b", "c . d"]
     never = tiny_translator(parts, segmenter="english_clauses")
