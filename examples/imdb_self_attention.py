@@ -62,22 +62,25 @@ def load(limit, seed=0):
 """
 ## The model
 
-`Embedding(mask_zero=True)` marks padding; the LSTM and the attention read
-that mask, so padded steps get a weight of exactly zero. The model has two
-outputs: the probability, and the hops' weights `A` `(batch, r, T)`.
+Index 0 is padding. The mask computed from the token ids goes to the LSTM
+and to the attention by name, so padded steps get a weight of exactly
+zero whether or not the layers in between pass Keras's implicit mask on.
+The model has two outputs: the probability, and the hops' weights `A`
+`(batch, r, T)`.
 """
 
 
 def build_model(vocab_size, length, hops=4, penalty=0.1):
     tokens = keras.Input((length,), dtype="int64", name="tokens")
+    mask = keras.ops.not_equal(tokens, 0)  # (B, T): True on words
     x = keras.layers.Embedding(vocab_size, 64, mask_zero=True)(tokens)
     x = keras.layers.Bidirectional(
         keras.layers.LSTM(32, return_sequences=True)
-    )(x)
+    )(x, mask=mask)
     attention = StructuredSelfAttention(
         units=32, num_hops=hops, penalty_coefficient=penalty
     )
-    m, weights = attention(x, return_attention_scores=True)
+    m, weights = attention(x, mask=mask, return_attention_scores=True)
     x = keras.layers.Flatten()(m)  # the r hops side by side
     x = keras.layers.Dropout(0.3)(x)
     prob = keras.layers.Dense(1, activation="sigmoid", name="probability")(x)

@@ -20,6 +20,41 @@ _OTHER = re.compile(r"[^a-z0-9!?' ]")
 _SPACE_RUN = re.compile(" {3,}")
 _CHUNK = 1 << 16  # characters standardized at a time
 
+# Letters that TensorFlow's `tf.strings.lower(encoding="utf-8")` leaves as
+# they are while Python's `str.lower` lowercases them: letters newer than
+# TensorFlow's Unicode tables (Unicode 14's Vithkuqi, among others). The
+# runtime follows TensorFlow, the SavedModel's side, not the interpreter.
+# Derived by `python tools/derive_lowercase_table.py` (TensorFlow 2.21,
+# Python 3.11, Unicode 14.0); a test checks it against TensorFlow.
+TF_KEEPS_CASE = (
+    (0x2C2F, 0x2C2F),
+    (0xA7C0, 0xA7C0),
+    (0xA7D0, 0xA7D0),
+    (0xA7D6, 0xA7D6),
+    (0xA7D8, 0xA7D8),
+    (0x10570, 0x1057A),
+    (0x1057C, 0x1058A),
+    (0x1058C, 0x10592),
+    (0x10594, 0x10595),
+)
+_KEPT = re.compile(
+    "(["
+    + "".join(
+        f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in TF_KEEPS_CASE
+    )
+    + "])"
+)
+
+
+def lower(text):
+    """`text` lowercased as `tf.strings.lower(text, encoding="utf-8")`
+    lowercases it: Unicode's full case mapping with its context rules
+    (Python's `str.lower`), except for the letters of `TF_KEEPS_CASE`,
+    kept as they are. TensorFlow also ends the text at a NUL character."""
+    text = text.split("\x00", 1)[0]
+    parts = _KEPT.split(text)  # text, kept letter, text, ...
+    return "".join(p if i % 2 else p.lower() for i, p in enumerate(parts))
+
 
 def _untagged(text, chunk=_CHUNK):
     """`text` with each `<...>` tag replaced by a space, in slices.
@@ -256,11 +291,8 @@ def split_sentence(text):
 
 def standardize_sentence(text):
     """The same steps as `keras_attn.text.standardize_sentence` (Unicode
-    lowercasing included: `École` is `école` on both sides; Python's
-    `str.lower` applies Unicode's full case mapping with its context
-    rules, as `tf.strings.lower(text, encoding="utf-8")` does)."""
-    # TensorFlow's UTF-8 lowercasing ends the text at a NUL character.
-    return split_sentence(text.split("\x00", 1)[0].lower())
+    lowercasing included: `École` is `école` on both sides; see `lower`)."""
+    return split_sentence(lower(text))
 
 
 # The known ways of joining output tokens, by name. A model file names one;

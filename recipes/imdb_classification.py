@@ -119,8 +119,12 @@ def token_dataset(vectorizer, texts, labels, batch_size, seed=None):
 
 Embedding → word dropout → BiLSTM → `StructuredSelfAttention` → MLP. Word
 dropout removes whole words (one draw per position) so that the model
-cannot lean on a single one. The model returns a dict: the probability and
-the attention `A` of shape `(batch, hops, length)`.
+cannot lean on a single one. The padding mask is computed from the token
+ids and handed to the BiLSTM and to the attention by name: the model does
+not count on each layer in between passing Keras's implicit mask along
+(Keras 3.16's nightly builds stopped doing so for RNN layers). The model
+returns a dict: the probability and the attention `A` of shape
+`(batch, hops, length)`.
 """
 
 
@@ -131,16 +135,19 @@ def build_model(vocab_size, hp):
     )
     x = keras.layers.SpatialDropout1D(hp["dropout"] / 2)(x)
     x = keras.layers.Dropout(hp["word_dropout"], noise_shape=(None, None, 1))(x)
+    mask = keras.ops.not_equal(tokens, 0)  # (B, T): True on words
     x = keras.layers.Bidirectional(
         keras.layers.LSTM(hp["lstm_units"], return_sequences=True)
-    )(x)
+    )(x, mask=mask)
     ssa = StructuredSelfAttention(
         hp["attention_units"],
         hp["num_hops"],
         hp["penalty"],
         name="structured_self_attention",
     )
-    m, a = ssa(x, return_attention_scores=True)  # (B, r, 2·lstm), (B, r, T)
+    m, a = ssa(
+        x, mask=mask, return_attention_scores=True
+    )  # (B, r, 2·lstm), (B, r, T)
     x = keras.layers.Flatten()(m)
     x = keras.layers.Dropout(hp["dropout"])(x)
     x = keras.layers.Dense(128, activation="relu")(x)

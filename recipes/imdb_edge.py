@@ -153,6 +153,7 @@ class ChunkedAttentionPooling(keras.layers.Layer):
 def build_model(vocab_size, hp):
     d = hp["embed_dim"]
     tokens = keras.Input((hp["length"],), dtype="int64", name="tokens")
+    mask = keras.ops.not_equal(tokens, 0)  # (B, T), handed on by name
     x = keras.layers.Embedding(vocab_size, d, mask_zero=True)(tokens)
     if hp["bigram_bins"]:
         pairs = HashedBigrams(hp["bigram_bins"])(tokens)
@@ -165,7 +166,7 @@ def build_model(vocab_size, hp):
         x = keras.layers.Dropout(hp["dropout"] / 2)(x)
         h = keras_attn.MultiHeadPositional(
             hp["heads"], d // hp["heads"], position=None, dropout=0.1
-        )(x)
+        )(x, query_mask=mask, value_mask=mask)
         x = keras.layers.LayerNormalization()(keras.layers.Add()([x, h]))
     if hp["chunk"]:
         m, a = ChunkedAttentionPooling(
@@ -174,11 +175,11 @@ def build_model(vocab_size, hp):
             hp["chunk_hops"],
             hp["num_hops"],
             hp["penalty"],
-        )(x)
+        )(x, mask=mask)
     else:
         m, a = keras_attn.StructuredSelfAttention(
             hp["attention_units"], hp["num_hops"], hp["penalty"]
-        )(x, return_attention_scores=True)
+        )(x, mask=mask, return_attention_scores=True)
     x = keras.layers.Dropout(hp["dropout"])(keras.layers.Flatten()(m))
     x = keras.layers.Dense(64, activation="relu")(x)
     prob = keras.layers.Dense(1, activation="sigmoid", name="probability")(x)

@@ -44,7 +44,7 @@ embedding and average pooling.
 """
 
 
-def block(x, hp, ours):
+def block(x, hp, ours, mask):
     import keras
 
     from keras_attn import MultiHeadPositional
@@ -53,10 +53,10 @@ def block(x, hp, ours):
     if ours:  # positions were added once, below the blocks
         attention = MultiHeadPositional(
             4, width // 4, position=None, dropout=0.1
-        )(x)
+        )(x, query_mask=mask, value_mask=mask)
     else:
         attention = keras.layers.MultiHeadAttention(4, width // 4, dropout=0.1)(
-            x, x
+            x, x, query_mask=mask, value_mask=mask
         )
     # `Add` layers, not `+`: they carry the padding mask along.
     drop = keras.layers.Dropout(hp["dropout"])
@@ -74,6 +74,7 @@ def build_model(vocab_size, hp, ours=True):
     import keras_attn
 
     tokens = keras.Input((hp["length"],), dtype="int64", name="tokens")
+    mask = keras.ops.not_equal(tokens, 0)  # (B, T), handed on by name
     x = keras.layers.Embedding(vocab_size, hp["embed_dim"], mask_zero=True)(
         tokens
     )
@@ -87,12 +88,12 @@ def build_model(vocab_size, hp, ours=True):
         x = keras.layers.Add()([x, learned(positions)])
     x = keras.layers.Dropout(hp["dropout"] / 2)(x)
     for _ in range(2):
-        x = block(x, hp, ours)
+        x = block(x, hp, ours, mask)
     outputs = {}
     if ours:
         m, outputs["attention"] = keras_attn.StructuredSelfAttention(
             hp["attention_units"], hp["num_hops"], hp["penalty"]
-        )(x, return_attention_scores=True)
+        )(x, mask=mask, return_attention_scores=True)
         x = keras.layers.Flatten()(m)
     else:
         x = keras.layers.GlobalAveragePooling1D()(x)

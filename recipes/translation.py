@@ -206,11 +206,15 @@ def build_member(src, tgt, src_vocab, tgt_vocab, hp, k=0):
     """Member `k`: its training logits, `encode` and `step_fn`."""
     u, e, suffix = hp["units"], hp["embed_dim"], f"_{k}" if k else ""
     scores = [hp["score"]] if isinstance(hp["score"], str) else hp["score"]
+    # The padding masks go to each layer by name, not through Keras's
+    # implicit propagation (which RNN layers may stop doing).
+    src_mask = keras.ops.not_equal(src, 0)  # (B, S)
+    tgt_mask = keras.ops.not_equal(tgt, 0)  # (B, T)
     x = keras.layers.Embedding(src_vocab, e, mask_zero=True)(src)
     x = keras.layers.Dropout(hp["dropout"])(x)
     memory, fwd, bwd = keras.layers.Bidirectional(
         keras.layers.GRU(u // 2, return_sequences=True, return_state=True)
-    )(x)  # memory: (B, S, u)
+    )(x, mask=src_mask)  # memory: (B, S, u)
     state = keras.layers.Dense(u, activation="tanh", name="bridge" + suffix)(
         keras.layers.Concatenate()([fwd, bwd])
     )
@@ -233,7 +237,13 @@ def build_member(src, tgt, src_vocab, tgt_vocab, hp, k=0):
         ],
         name="head" + suffix,
     )
-    outputs, _, _ = decoder(embed(tgt), memory, initial_state=[state])
+    outputs, _, _ = decoder(
+        embed(tgt),
+        memory,
+        initial_state=[state],
+        inputs_mask=tgt_mask,
+        memory_mask=src_mask,
+    )
 
     def encode(source):
         memory, state = encoder(source, training=False)

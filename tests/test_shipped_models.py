@@ -394,3 +394,47 @@ def test_shipped_translator_translates_forty_words_whole():
     written = [sum(map(bool, row)) for row in alone["target_tokens"].numpy()]
     assert all(each) and max(written) < config["max_length"], written
     assert out["translation"].numpy()[0].decode() == " ".join(each)
+
+
+SAVED_MODELS = sorted(glob.glob(os.path.join(SHIPPED, "*", "saved_model")))
+
+
+@pytest.mark.parametrize(
+    "folder", SAVED_MODELS, ids=[p.split(os.sep)[-2] for p in SAVED_MODELS]
+)
+def test_shipped_saved_model_runs_under_the_tf_serving_loader(folder):
+    """Every signature of every shipped SavedModel, restored as TensorFlow
+    Serving restores it, answers as `tf.saved_model.load` does, on text
+    and on blank and empty batches (each blank input gives no words)."""
+    from tests.export.tf_serving import (
+        assert_same,
+        run_tf1,
+        run_tf2,
+        signature_names,
+    )
+
+    batches = [["A fine day.", "  "], [""], ["   "], ["", "x"], []]
+    for signature, inputs in signature_names(folder).items():
+        for batch in batches:
+            feed = {inputs[0]: np.array(batch, dtype=object)}
+            tf1 = run_tf1(folder, feed, signature)
+            assert_same(tf1, run_tf2(folder, feed, signature), atol=1e-6)
+            if "translation" in tf1:
+                blank = [not t.strip() for t in batch]
+                got = [
+                    t
+                    for t, b in zip(tf1["translation"], blank, strict=True)
+                    if b
+                ]
+                assert got == [b""] * sum(blank), signature
+
+
+def test_shipped_keras_file_answers_as_its_saved_model():
+    """The `.keras` file (with the installed Keras) against the
+    SavedModel on 200 test reviews; the next Keras runs the same check
+    in tests/test_next_versions.py."""
+    from tests import shipped_parity
+
+    result = shipped_parity.compare(200)
+    assert result["max_abs_dp"] <= shipped_parity.TOLERANCE, result
+    assert result["max_attention_on_padding"] == 0.0, result

@@ -1,12 +1,92 @@
 """SavedModel export: a Keras model (with its vectorizer for raw text)
-or a `tf.Module` with signatures, through the destination checks."""
+or a `tf.Module` with signatures, through the destination checks.
+
+Every SavedModel written here restores the way TensorFlow Serving
+restores one (a TF1 session runs the SavedModel's saver, then a
+signature; `saved_model_cli run` does the same), not only through
+`tf.saved_model.load`. See `serving_root`.
+"""
 
 from keras_attn.export.destination import check_destination, staged
 
 KNOWN_WORDS = "known_words"
 
 
-def _serving_module(model, input_signature=None, vectorizer=None):
+def _concrete_functions(function):
+    """The concrete functions of a `tf.function` (traced with its input
+    signature when it has not been traced yet) or of a concrete one."""
+    if hasattr(function, "get_concrete_function"):
+        traced = function._list_all_concrete_functions()
+        return traced or [function.get_concrete_function()]
+    return [function]
+
+
+def _resources_of(trackables):
+    """The TensorFlow resources (lookup tables) reachable from
+    `trackables`, each once, in a stable order."""
+    import tensorflow as tf
+    from tensorflow.saved_model.experimental import TrackableResource
+
+    found, seen = [], set()
+    for root in trackables:
+        for node in tf.train.TrackableView(root).descendants():
+            if isinstance(node, TrackableResource) and id(node) not in seen:
+                seen.add(id(node))
+                found.append(node)
+    return found
+
+
+def serving_root(functions, trackables=()):
+    """The object a SavedModel is written from: the functions and the
+    TensorFlow variables and resources they read, nothing else.
+
+    A Keras 3 variable wraps a `tf.Variable`. Saved as an attribute of a
+    `tf.Module`, it writes a copy of itself into the checkpoint, while the
+    functions read the wrapped variable, which the SavedModel's saver then
+    never restores: `tf.saved_model.load` runs (it rebinds the functions'
+    captures) but TensorFlow Serving and `saved_model_cli run` fail with
+    "Could not find variable ...". Keras's `ExportArchive` tracks both,
+    so each weight is stored twice. Here the root holds the wrapped
+    variables the functions capture (each once), the lookup tables found
+    under `trackables` (a text vectorizer's vocabulary), and the
+    functions under their names (`tf.saved_model.load(path).NAME` keeps
+    working).
+
+    Args:
+        functions: `{name: tf.function}`, the functions to keep.
+        trackables: objects to search for TensorFlow resources (lookup
+            tables) the functions use. Defaults to `()`.
+
+    Returns:
+        A `tf.Module` to pass to `tf.saved_model.save`.
+    """
+    import tensorflow as tf
+
+    root = tf.Module()
+    variables, seen = [], set()
+    for function in functions.values():
+        for concrete in _concrete_functions(function):
+            for variable in concrete.variables:
+                if id(variable) not in seen:
+                    seen.add(id(variable))
+                    variables.append(variable)
+    root.served_variables = variables
+    root.served_resources = _resources_of(trackables)
+    for name, function in functions.items():
+        setattr(root, name, function)
+    return root
+
+
+def save_signatures(path, signatures, trackables=()):
+    """`tf.saved_model.save` of `signatures` (`{name: tf.function}`)
+    through `serving_root`, so that TensorFlow Serving restores it."""
+    import tensorflow as tf
+
+    root = serving_root(signatures, trackables)
+    tf.saved_model.save(root, path, signatures=signatures)
+
+
+def _serve_function(model, input_signature=None, vectorizer=None):
     import tensorflow as tf
 
     if input_signature is None:
@@ -15,46 +95,37 @@ def _serving_module(model, input_signature=None, vectorizer=None):
             for t in model.inputs
         ]
 
-    class Served(tf.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
+    @tf.function(input_signature=input_signature)
+    def serve(*args):
+        outputs = model(
+            list(args) if len(args) > 1 else args[0], training=False
+        )
+        if not isinstance(outputs, dict):
+            outputs = {"output_0": outputs}
+        if vectorizer is not None:
+            ids = vectorizer(args[0])  # (B, T)
+            outputs = {
+                **outputs,
+                KNOWN_WORDS: tf.reduce_sum(tf.cast(ids > 1, tf.int32), axis=-1),
+            }
+        return outputs
 
-        @tf.function(input_signature=input_signature)
-        def serve(self, *args):
-            outputs = self.model(
-                list(args) if len(args) > 1 else args[0], training=False
-            )
-            if not isinstance(outputs, dict):
-                outputs = {"output_0": outputs}
-            if vectorizer is not None:
-                ids = vectorizer(args[0])  # (B, T)
-                outputs = {
-                    **outputs,
-                    KNOWN_WORDS: tf.reduce_sum(
-                        tf.cast(ids > 1, tf.int32), axis=-1
-                    ),
-                }
-            return outputs
-
-    return Served()
+    return serve
 
 
 def _write_saved_model(model, tmp, input_signature=None, vectorizer=None):
-    import tensorflow as tf
-
-    # A plain tf.Module stores each variable once (keras.export's archive
-    # wrote the weights twice in Keras 3.15).
-    served = _serving_module(model, input_signature, vectorizer)
-    tf.saved_model.save(
-        served, tmp, signatures={"serving_default": served.serve}
-    )
+    serve = _serve_function(model, input_signature, vectorizer)
+    save_signatures(tmp, {"serving_default": serve}, trackables=[model])
 
 
 def export_saved_model(
     model, path, input_signature=None, overwrite=False, protect=()
 ):
     """Write a TF-Serving SavedModel with a `serving_default` signature.
+
+    The SavedModel restores through TensorFlow Serving's loader (and
+    `saved_model_cli run`) as well as through `tf.saved_model.load`, each
+    weight stored once (see `serving_root`).
 
     Args:
         model: a built Keras model. Its outputs may be a tensor or a dict of
@@ -76,12 +147,13 @@ def export_saved_model(
 
 
 def export_module(module, path, signatures, overwrite=False):
-    """Save a `tf.Module` as a SavedModel with `signatures` (`{name:
-    tf.function}`), through the same destination checks and atomic move
-    as `export_saved_model`."""
-    import tensorflow as tf
-
+    """Save the `signatures` (`{name: tf.function}`) of a `tf.Module` as a
+    SavedModel, through the same destination checks and atomic move as
+    `export_saved_model`. The module itself is searched for the lookup
+    tables the signatures use; what is written is `serving_root`'s (so
+    TensorFlow Serving restores it), with each signature function under
+    its name."""
     target = check_destination(path, "saved_model", overwrite)
     with staged(target) as (tmp,):
-        tf.saved_model.save(module, tmp, signatures=signatures)
+        save_signatures(tmp, signatures, trackables=[module])
     return path

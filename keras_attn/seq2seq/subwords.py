@@ -182,7 +182,9 @@ class WordPieceVectorizer(keras.layers.Layer):
         chars = tf.strings.length(words, unit="UTF8_CHAR")
         lengths = tf.range(1, self.longest + 1)  # (M,)
         longest_word = tf.reduce_max(tf.concat([chars, [0]], 0))
-        steps = tf.minimum(longest_word, self.max_chars_per_word)
+        # At least one step: a graph cannot stack zero steps of unknown
+        # width (a batch without words); one step over no word adds nothing.
+        steps = tf.maximum(tf.minimum(longest_word, self.max_chars_per_word), 1)
 
         def body(i, pos, failed, out):
             start = tf.tile(pos[:, None], [1, self.longest])

@@ -49,6 +49,28 @@ def test_model_has_the_paper_structure_and_two_outputs():
     assert isinstance(model.get_layer("probability"), keras.layers.Dense)
 
 
+def test_the_mask_reaches_the_attention_without_propagation(monkeypatch):
+    """Keras 3.16's nightly RNN layers stop propagating masks; the model
+    hands the padding mask to its layers by name, so it gives the same
+    answers when no layer propagates one (simulated here on any Keras)."""
+    import imdb_classification as ex
+    import keras
+
+    hp = {**ex.HPARAMS, "length": 12, "num_hops": 2, "lstm_units": 4}
+    keras.utils.set_random_seed(0)
+    model = ex.build_model(50, hp)
+    tokens = np.array([[3, 4, 5] + [0] * 9, list(range(1, 13))])
+    want = model(tokens)
+    for layer in (keras.layers.Bidirectional, keras.layers.RNN):
+        monkeypatch.setattr(layer, "compute_mask", lambda *a, **k: None)
+    rebuilt = ex.build_model(50, hp)
+    rebuilt.set_weights(model.get_weights())
+    got = rebuilt(tokens)
+    assert np.all(np.asarray(got["attention"])[0, :, 3:] == 0)
+    for key in ("probability", "attention"):
+        np.testing.assert_allclose(got[key], want[key], atol=1e-6)
+
+
 @pytest.mark.slow
 @needs_data
 def test_main_tiny_slice_and_artifacts(tmp_path):

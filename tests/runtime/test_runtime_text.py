@@ -64,3 +64,42 @@ def test_every_sentence_of_the_translation_pairs():
 def test_hypothesis_strings(s):
     want, got = both([s])
     assert got == want
+
+
+def test_letters_newer_than_tensorflows_tables_keep_their_case():
+    # Python 3.11 (Unicode 14) lowercases U+10570 to U+10597; TensorFlow
+    # leaves it: the runtime must follow the SavedModel's side.
+    kept = "".join(
+        chr(c) for a, b in runtime.TF_KEEPS_CASE for c in range(a, b + 1)
+    )
+    strings = [kept, "ΑΣ\U00010570 ΣΑΣ \U00010570Σ", "\U00010570 École"]
+    want, got = both(strings)
+    assert got == want
+    assert got[2].startswith("\U00010570")
+
+
+def test_every_cased_letter_lowercases_as_tensorflow_does():
+    """Each code point that Python or TensorFlow lowercases, alone."""
+    chars = [chr(c) for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF]
+    cased = [c for c in chars if c.lower() != c]
+    lowered = tf.strings.lower(
+        tf.constant([c.encode("utf-8") for c in cased]), encoding="utf-8"
+    ).numpy()
+    differ = [
+        hex(ord(c))
+        for c, low in zip(cased, lowered, strict=True)
+        if runtime.lower(c) != low.decode("utf-8")
+    ]
+    assert differ == []
+
+
+@pytest.mark.slow
+def test_the_table_is_what_tensorflow_does_on_every_code_point():
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+    from tools import derive_lowercase_table as tool
+
+    found = tool.differences()
+    assert all(low == chr(c) for c, low in found.items())
+    assert tool.ranges(found) == list(runtime.TF_KEEPS_CASE)

@@ -99,6 +99,22 @@ def test_graph_numpy_and_tokenizers_give_the_same_ids(vocab):
     assert names[row].numpy()[0] == b"Zebra" and ids[row].numpy()[0] == 1
 
 
+@pytest.mark.parametrize("batch", [[""], ["   ", ""], []])
+def test_a_batch_without_words_in_a_graph(vocab, batch):
+    """No word at all: the longest-match loop runs no step. In a graph
+    (a SavedModel, TensorFlow Serving) stacking its zero steps failed with
+    "Tried to stack elements of an empty list"."""
+    vec = WordPieceVectorizer(vocab, split_sentence, output_sequence_length=5)
+    graph = tf.function(
+        lambda t: (*vec.tokens(t), vec.count(t)),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
+    ids, names, counts = graph(tf.constant(batch, tf.string))
+    assert ids.shape == (len(batch), 5) and not np.any(ids.numpy())
+    assert names.numpy().tolist() == [[b""] * 5] * len(batch)
+    assert counts.numpy().tolist() == [0] * len(batch)
+
+
 def test_fixed_length_pads_and_cuts(vocab):
     vec = WordPieceVectorizer(vocab, split_sentence, output_sequence_length=4)
     ids = vec(tf.constant(["The cats are sleeping.", "cat"])).numpy()
