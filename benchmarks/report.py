@@ -42,6 +42,10 @@ HEADERS = {
     "peak_mib": "peak MiB",
     "cache_mib": "cache MiB",
     "num_key_value_heads": "key/value heads",
+    "requests_per_s": "requests/s",
+    "p50_ms": "p50 ms",
+    "p99_ms": "p99 ms",
+    "throughput_ratio": "throughput vs 1 client",
 }
 
 

@@ -172,7 +172,46 @@ def build_parser():
         action="store_true",
         help="run a SavedModel holding ops outside the allowlist",
     )
+    _serve_parser(sub)
     return parser
+
+
+# `keras-attn serve`'s settings: (flag, type, default, help). The
+# defaults are `keras_attn_cli.serve`'s LIMITS and BATCHING.
+SERVE_FLAGS = (
+    ("--host", str, "127.0.0.1", "address to listen on (0.0.0.0: all)"),
+    ("--port", int, 8501, "HTTP port (TensorFlow Serving's REST port)"),
+    ("--max-body-bytes", int, 1 << 20, "largest request body"),
+    ("--max-instances", int, 256, "most examples in one request"),
+    ("--max-text-bytes", int, 100_000, "longest text input (UTF-8 bytes)"),
+    ("--max-batch-size", int, 32, "most examples merged into one call"),
+    ("--batch-wait-ms", float, 5.0, "longest wait for a batch to fill"),
+)
+
+
+def _serve_parser(sub):
+    p = sub.add_parser(
+        "serve",
+        help="serve models over TensorFlow Serving's REST API (KServe)",
+    )
+    p.add_argument(
+        "model",
+        nargs="*",
+        help="a shipped model's name, a folder, a SavedModel, a .keras or "
+        "a .tflite (default: every shipped model, under its folder name)",
+    )
+    for flag, kind, default, text in SERVE_FLAGS:
+        p.add_argument(
+            flag,
+            type=kind,
+            default=default,
+            help=f"{text} (default: {default})",
+        )
+    p.add_argument(
+        "--allow-unsafe-ops",
+        action="store_true",
+        help="serve a SavedModel holding ops outside the allowlist",
+    )
 
 
 @contextlib.contextmanager
@@ -239,6 +278,7 @@ _EXTRAS = {
     "tf2onnx": "export",
     "matplotlib": "examples",
     "tensorflow": "cpu",
+    "kserve": "serve",
 }
 
 

@@ -426,7 +426,45 @@ def _align(args):
     return 0
 
 
+def _serve(args):
+    from keras_attn_cli import SERVE_FLAGS, models, serve
+
+    for flag, kind, _, _ in SERVE_FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if kind is not str and not value > 0:
+            raise ValueError(
+                f"Expected {flag} to be positive. Received: {flag}={value}"
+            )
+    if args.port > 65535:
+        raise ValueError(
+            f"Expected --port to be at most 65535. Received: --port={args.port}"
+        )
+    root = models.models_dir(args)
+    values = args.model
+    if not values:
+        if root is None:
+            raise ValueError(models.GET_MODELS)
+        values = [
+            name
+            for name in sorted(os.listdir(root))
+            if os.path.isdir(os.path.join(root, name))
+        ]
+    artifacts = [serve.served_artifact(v, root) for v in values]
+    limits = {key: getattr(args, key) for key in serve.LIMITS}
+    batching = {key: getattr(args, key) for key in serve.BATCHING}
+    return serve.serve(
+        artifacts,
+        args.host,
+        args.port,
+        args.allow_unsafe_ops,
+        limits,
+        batching,
+        log=lambda line: print(f"keras-attn serve: {line}", flush=True),
+    )
+
+
 COMMANDS = {
+    "serve": _serve,
     "classify": _classify,
     "demo": _demo,
     "explain": _explain,

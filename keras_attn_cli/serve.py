@@ -1,0 +1,462 @@
+"""`keras-attn serve`: TensorFlow Serving's REST API on KServe's model
+server, with requests merged into batches.
+
+KServe's `ModelServer` (the `kserve` package, `pip install
+'keras_attn[serve]'`) runs the HTTP server (uvicorn and FastAPI), health
+and Prometheus metrics; its V1 predict route is TensorFlow Serving's.
+This module adds what a TensorFlow Serving client also calls (a model's
+status and metadata), the limits, and one `ServedModel` per model over
+one of three backends: a SavedModel (through the op allowlist), a
+`.tflite` (through `keras_attn_runtime`, without TensorFlow) or a
+`.keras` file. The request and response rules are
+`keras_attn_cli.tf_serving_api`'s.
+"""
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import signal
+import time
+
+import numpy as np
+
+from keras_attn_cli import tf_serving_api as api
+
+LIMITS = {
+    "max_body_bytes": 1 << 20,
+    "max_instances": 256,
+    "max_text_bytes": 100_000,
+}
+BATCHING = {"max_batch_size": 32, "batch_wait_ms": 5.0}
+
+
+# --- Backends: one signature table and one `run` per artifact kind. ---
+
+
+class SavedModelBackend:
+    """A SavedModel's signatures, loaded after the op allowlist check."""
+
+    def __init__(self, path, allow_unsafe=False):
+        from keras_attn_cli.models import load_saved_model
+
+        self.path = path
+        self.loaded = load_saved_model(path, allow_unsafe)
+        self.functions = dict(self.loaded.signatures)
+        self.signatures = {}
+        for name, function in self.functions.items():
+            _, inputs = function.structured_input_signature
+            self.signatures[name] = api.Signature(
+                {k: _spec(v) for k, v in inputs.items()},
+                {k: _spec(v) for k, v in function.structured_outputs.items()},
+            )
+
+    def run(self, signature, inputs):
+        import tensorflow as tf
+
+        function = self.functions[signature]
+        try:
+            out = function(**{k: tf.constant(v) for k, v in inputs.items()})
+        except tf.errors.OpError as err:
+            raise ModelError(err.message or str(err)) from None
+        return {k: v.numpy() for k, v in out.items()}
+
+
+def _spec(spec):
+    shape = None if spec.shape.rank is None else spec.shape.as_list()
+    return spec.dtype.name, shape
+
+
+class LiteRTBackend:
+    """A `.tflite` classifier or translator written by keras_attn, run by
+    `keras_attn_runtime` (NumPy and LiteRT; TensorFlow is not imported)."""
+
+    def __init__(self, path):
+        from keras_attn_runtime import (
+            METADATA_CONFIG,
+            TRANSLATOR,
+            LiteRTClassifier,
+            LiteRTTranslator,
+            load_verified,
+            metadata,
+        )
+
+        self.path = path
+        _, model = load_verified(path)
+        config = json.loads(metadata(model).get(METADATA_CONFIG, b"{}"))
+        text = {"text": ("string", [None])}
+        if config.get("kind") == TRANSLATOR:
+            self.translator = LiteRTTranslator(path)
+            outputs = {"translation": ("string", [None])}
+            self.signatures = {
+                name: api.Signature(text, outputs)
+                for name in (api.DEFAULT_SIGNATURE, "translate")
+            }
+            return
+        self.translator = None
+        self.classifier = LiteRTClassifier(path)
+        probe = self.classifier.predict([""])
+        outputs = {
+            k: (str(v.dtype), [None, *v.shape[1:]]) for k, v in probe.items()
+        }
+        self.signatures = {api.DEFAULT_SIGNATURE: api.Signature(text, outputs)}
+
+    def run(self, signature, inputs):
+        texts = [t.decode("utf-8", "replace") for t in inputs["text"]]
+        if self.translator is not None:
+            out = [self.translator.translate(t) for t in texts]
+            return {"translation": np.array(out, dtype=object)}
+        if not texts:
+            return {
+                k: np.zeros([0, *s[1][1:]], s[0])
+                for k, s in self.signatures[signature].outputs.items()
+            }
+        return self.classifier.predict(texts)
+
+
+class KerasBackend:
+    """A `.keras` raw-text model: one string input, a dict of outputs."""
+
+    def __init__(self, path):
+        import keras
+
+        import keras_attn  # noqa: F401  (registers the layers)
+
+        self.path = path
+        self.model = keras.models.load_model(path)
+        (tensor,) = self.model.inputs
+        self.input = tensor.name
+        outputs = self.model.outputs
+        names = getattr(self.model, "output_names", None) or [
+            f"output_{i}" for i in range(len(outputs))
+        ]
+        self.signatures = {
+            api.DEFAULT_SIGNATURE: api.Signature(
+                {self.input: (str(tensor.dtype), list(tensor.shape))},
+                {
+                    n: (str(t.dtype), list(t.shape))
+                    for n, t in zip(names, outputs, strict=True)
+                },
+            )
+        }
+        self.names = names
+
+    def run(self, signature, inputs):
+        import tensorflow as tf
+
+        out = self.model(tf.constant(inputs[self.input]), training=False)
+        if not isinstance(out, dict):
+            out = dict(zip(self.names, [out], strict=True))
+        return {k: np.asarray(v) for k, v in out.items()}
+
+
+class ModelError(RuntimeError):
+    """The model failed on a request (the message says where)."""
+
+
+def load_backend(path, allow_unsafe=False):
+    """The backend for an artifact: a SavedModel folder, `.tflite` or
+    `.keras` file."""
+    if os.path.isdir(path):
+        return SavedModelBackend(path, allow_unsafe)
+    if path.endswith(".tflite"):
+        return LiteRTBackend(path)
+    if path.endswith(".keras"):
+        return KerasBackend(path)
+    raise ValueError(
+        "Expected a SavedModel folder, a .tflite or a .keras file. "
+        f"Received: MODEL={path!r}"
+    )
+
+
+def served_artifact(value, models_root):
+    """`(name, path)` of what `keras-attn serve` serves for `value`: a
+    shipped model's name, a folder (its SavedModel first, as TensorFlow
+    Serving would, else its one `.tflite`, else its `model.keras`), a
+    SavedModel folder, a `.tflite` or a `.keras` file."""
+    path = value
+    if not os.path.exists(path) and os.sep not in value and models_root:
+        path = os.path.join(models_root, value)
+    if os.path.isfile(path) and path.endswith((".tflite", ".keras")):
+        return os.path.splitext(os.path.basename(path))[0], path
+    if os.path.isdir(path):
+        folder = os.path.abspath(path)
+        name = os.path.basename(folder)
+        if os.path.isfile(os.path.join(folder, "saved_model.pb")):
+            if name == "saved_model":
+                name = os.path.basename(os.path.dirname(folder))
+            return name, folder
+        inner = os.path.join(folder, "saved_model")
+        if os.path.isfile(os.path.join(inner, "saved_model.pb")):
+            return name, inner
+        files = sorted(f for f in os.listdir(folder) if f.endswith(".tflite"))
+        if len(files) == 1:
+            return name, os.path.join(folder, files[0])
+        if os.path.isfile(os.path.join(folder, "model.keras")):
+            return name, os.path.join(folder, "model.keras")
+    raise ValueError(
+        "Expected a shipped model's name, a folder holding a SavedModel, "
+        "one .tflite or a model.keras, a SavedModel folder, a .tflite or a "
+        f".keras file. Received: MODEL={value!r}"
+    )
+
+
+# --- Batching: concurrent requests merged into one model call. ---
+
+
+class Batcher:
+    """Runs a signature on merged requests: a request waits at most
+    `wait_s` for others, and a call holds at most `max_rows` examples
+    (a larger request runs alone). Calls run one at a time on `executor`."""
+
+    def __init__(self, run, max_rows, wait_s, executor):
+        self.run, self.max_rows, self.wait_s = run, max_rows, wait_s
+        self.executor = executor
+        self.pending = []
+        self.worker = None
+
+    async def submit(self, inputs):
+        future = asyncio.get_running_loop().create_future()
+        rows = len(next(iter(inputs.values())))
+        self.pending.append((inputs, rows, future))
+        if self.worker is None or self.worker.done():
+            self.worker = asyncio.create_task(self._work())
+        return await future
+
+    async def _work(self):
+        loop = asyncio.get_running_loop()
+        while self.pending:
+            deadline = loop.time() + self.wait_s
+            while (
+                sum(r for _, r, _ in self.pending) < self.max_rows
+                and loop.time() < deadline
+            ):
+                await asyncio.sleep(min(0.001, self.wait_s))
+            taken, rows = [], 0
+            while self.pending and (
+                not taken or rows + self.pending[0][1] <= self.max_rows
+            ):
+                taken.append(self.pending.pop(0))
+                rows += taken[-1][1]
+            try:
+                merged = {
+                    key: np.concatenate([inputs[key] for inputs, _, _ in taken])
+                    for key in taken[0][0]
+                }
+                out = await loop.run_in_executor(
+                    self.executor, self.run, merged
+                )
+                results, start = [], 0
+                for _, count, _ in taken:
+                    results.append(
+                        {k: v[start : start + count] for k, v in out.items()}
+                    )
+                    start += count
+            except Exception as err:  # each waiting request gets the error
+                results = [err] * len(taken)
+            for (_, _, future), result in zip(taken, results, strict=True):
+                if future.done():  # its client went away
+                    continue
+                if isinstance(result, Exception):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
+
+def _kserve_model_class():
+    """`ServedModel` subclasses `kserve.Model`, imported on first use."""
+    import kserve
+    from kserve.errors import InferenceError, InvalidInput
+
+    class ServedModel(kserve.Model):
+        """One model behind TensorFlow Serving's predict API."""
+
+        def __init__(self, name, backend, limits, batching):
+            super().__init__(name)
+            self.backend, self.limits = backend, limits
+            self.executor = concurrent.futures.ThreadPoolExecutor(1)
+            self.batchers = {
+                key: Batcher(
+                    lambda inputs, key=key: self.backend.run(key, inputs),
+                    batching["max_batch_size"],
+                    batching["batch_wait_ms"] / 1000,
+                    self.executor,
+                )
+                for key, signature in backend.signatures.items()
+                if signature.batched and batching["max_batch_size"] > 1
+            }
+            self.ready = True
+
+        async def predict(self, payload, headers=None):
+            signatures = self.backend.signatures
+            try:
+                # KServe parses JSON bodies sent as JSON; TensorFlow Serving
+                # parses any body (curl -d sends a form content type).
+                payload = api.parse_json(payload)
+                key, inputs, form = api.parse_predict(
+                    payload, signatures, self.limits
+                )
+            except api.RequestError as err:
+                raise InvalidInput(str(err)) from None
+            try:
+                if key in self.batchers:
+                    out = await self.batchers[key].submit(inputs)
+                else:
+                    loop = asyncio.get_running_loop()
+                    out = await loop.run_in_executor(
+                        self.executor, self.backend.run, key, inputs
+                    )
+            except ModelError as err:
+                raise InferenceError(_model_error(err)) from None
+            return api.format_predict(out, form)
+
+    return ServedModel
+
+
+def _model_error(err):
+    from keras_attn_cli.models import _op_error_line
+
+    return f"The model failed to run: {_op_error_line(str(err))}"
+
+
+# --- The HTTP side: routes and limits that KServe does not have. ---
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """ASGI middleware refusing a request body over `max_bytes` with a
+    413, from its Content-Length before reading it, or as soon as a body
+    sent in chunks goes past the limit."""
+
+    def __init__(self, app, max_bytes):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit():
+            if int(declared) > self.max_bytes:
+                return await _json(send, 413, self._message(int(declared)))
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise _BodyTooLarge(self._message(seen, at_least=True))
+            return message
+
+        return await self.app(scope, limited, send)
+
+    def _message(self, size, at_least=False):
+        return (
+            f"Request body too large: at most {self.max_bytes} bytes "
+            f"(--max-body-bytes). Received: {'over ' if at_least else ''}"
+            f"{size} bytes"
+        )
+
+
+async def _json(send, status, message):
+    body = json.dumps({"error": message}).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def add_tf_serving_routes(app, models, max_body_bytes):
+    """TensorFlow Serving's status and metadata routes (KServe's own V1
+    status answers `{"name", "ready"}`), registered before KServe's so
+    that they take precedence, and the body limit."""
+    from fastapi.responses import JSONResponse
+
+    def find(name):
+        if name not in models:
+            return None, JSONResponse(
+                {"error": f"Unknown model {name!r}; served: {sorted(models)}"},
+                status_code=404,
+            )
+        return models[name], None
+
+    async def model_status(model_name: str):
+        _, missing = find(model_name)
+        return missing or api.status()
+
+    async def model_metadata(model_name: str):
+        model, missing = find(model_name)
+        return missing or api.metadata(model_name, model.backend.signatures)
+
+    async def too_large(_, exc):
+        return JSONResponse({"error": str(exc)}, status_code=413)
+
+    app.add_api_route("/v1/models/{model_name}", model_status, methods=["GET"])
+    app.add_api_route(
+        "/v1/models/{model_name}/metadata", model_metadata, methods=["GET"]
+    )
+    app.add_exception_handler(_BodyTooLarge, too_large)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+
+
+def serve(artifacts, host, port, allow_unsafe, limits, batching, log=print):
+    """Load `artifacts` (`[(name, path)]`) and serve them until SIGTERM
+    or SIGINT, which finish the requests in flight and return 0."""
+    names = [name for name, _ in artifacts]
+    if len(set(names)) != len(names):
+        raise ValueError(
+            f"Two models would be served under one name. Received: {names}"
+        )
+    ServedModel = _kserve_model_class()
+    models = {}
+    for name, path in artifacts:
+        start = time.perf_counter()
+        models[name] = ServedModel(
+            name, load_backend(path, allow_unsafe), limits, batching
+        )
+        log(f"loaded {name} from {path} in {time.perf_counter() - start:.1f} s")
+    return _run_server(models, host, port, limits, log)
+
+
+def _run_server(models, host, port, limits, log):
+    import kserve
+    from kserve.model_server import app
+    from kserve.protocol.rest.server import RESTServer
+
+    server = kserve.ModelServer(
+        http_port=port, enable_grpc=False, enable_latency_logging=False
+    )
+    for model in models.values():
+        server.register_model(model)
+    add_tf_serving_routes(app, models, limits["max_body_bytes"])
+    rest = RESTServer(
+        "kserve.model_server:app",
+        server.dataplane,
+        server.model_repository_extension,
+        port,
+        grace_period=30,
+    )
+    rest.config.host = host
+    stopping = []
+    # uvicorn finishes the requests in flight on SIGTERM/SIGINT, then
+    # raises the signal again: these handlers make that a clean exit.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda number, frame: stopping.append(number))
+    log(
+        f"serving {sorted(models)} on http://{host}:{port} "
+        "(TensorFlow Serving's REST API: /v1/models/NAME[:predict|/metadata])"
+    )
+    asyncio.run(rest.start())
+    log("stopped")
+    return 0
