@@ -163,18 +163,28 @@ def _run_model(fn, *args):
 
 def _op_error_line(message, width=300):
     """The line of a TensorFlow error that says what went wrong (not its
-    'Graph execution error:' heading nor the stack of the node)."""
+    'Graph execution error:' heading, the stack of the node, nor the
+    `[[{{node X}}]]` marker), with the node named after it: an
+    allocation that does not fit says its shape and the limit."""
+    import re
+
     lines = [line.strip() for line in message.splitlines() if line.strip()]
+    nodes = re.findall(r"\[\[\{\{node ([^}]+)\}\}\]\]", message)
     telling = [
         line
         for line in lines
         if not line.startswith(("Graph execution error", "Detected at node"))
-        and not line.startswith(("File ", "in ", "line "))
+        and not line.startswith(("File ", "in ", "line ", "[["))
     ]
+    chosen = None
     for line in telling:
         if any(w in line for w in ("OOM", "out of memory", "xhausted")):
-            return line[:width]
-    return (telling or lines or ["(no message)"])[-1][:width]
+            chosen = line
+            break
+    chosen = chosen or (telling or lines or ["(no message)"])[-1]
+    if nodes and nodes[-1] not in chosen:
+        chosen = f"{chosen} (at node {nodes[-1]})"
+    return chosen[:width]
 
 
 def known_words(model, texts):

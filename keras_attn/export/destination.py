@@ -156,10 +156,30 @@ def _marker(path):
     return marker
 
 
+def _died(marker):
+    """Whether the process that wrote `marker` ran on this machine and is
+    gone (a killed export); a live process of that id keeps its folder."""
+    import socket
+
+    pid = marker.get("pid")
+    if marker.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
 def clean_stale_temporaries(folder, prefix=_TMP_PREFIX, now=None):
-    """Remove the temporary folders of exports killed more than
-    `STALE_SECONDS` ago in `folder`: only folders named `prefix*` holding
-    a marker we wrote. An earlier artifact that a killed export had moved
+    """Remove the temporary folders of exports killed in `folder`: those
+    whose process on this machine is gone, and any older than
+    `STALE_SECONDS` (written on another machine sharing the folder); only
+    folders named `prefix*` holding a marker we wrote. An earlier artifact that a killed export had moved
     aside (its target now missing) is moved back first. Returns the
     removed paths."""
     import time
@@ -175,8 +195,9 @@ def clean_stale_temporaries(folder, prefix=_TMP_PREFIX, now=None):
         if not name.startswith(prefix) or os.path.islink(path):
             continue
         marker = _marker(path)
-        if marker is None or now - float(marker.get("time", now)) < (
-            STALE_SECONDS
+        if marker is None or not (
+            now - float(marker.get("time", now)) >= STALE_SECONDS
+            or _died(marker)
         ):
             continue
         old, target = os.path.join(path, "old"), marker.get("target")

@@ -522,6 +522,23 @@ def test_tensorflow_errors_say_what_went_wrong():
     assert line.startswith("OOM when allocating tensor")
 
 
+def test_a_shape_over_the_limit_is_named_not_only_its_node():
+    # 0.3.0 reported only "[[{{node Fill}}]]": the line after the cause.
+    import tensorflow as tf
+
+    from keras_attn_cli import commands as cli_module
+
+    @tf.function
+    def fill(n):
+        return tf.fill(tf.stack([n, n, n]), 1.0)  # (n, n, n)
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+        fill(tf.constant(2**30))
+    line = cli_module._op_error_line(caught.value.message)
+    assert "Shape [1073741824,1073741824,1073741824]" in line
+    assert "2**63 - 1 elements" in line and line.endswith("(at node Fill)")
+
+
 @pytest.mark.slow
 def test_text_models_on_another_backend_say_so(files):
     # With KERAS_BACKEND=jax, 0.2.0 said only "Invalid dtype: object".

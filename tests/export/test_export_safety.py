@@ -283,3 +283,33 @@ def test_an_unwritable_destination_fails_before_any_work(
     with pytest.raises(ValueError, match="permission denied"):
         export.export_text_tflite(model, str(tmp_path / "m.tflite"))
     assert converted == [] and list(tmp_path.iterdir()) == []
+
+
+def test_scratch_of_a_killed_export_goes_at_the_next_one(tmp_path):
+    """An export killed with SIGKILL left `keras-attn-scratch-<pid>-<hex>`
+    for an hour at least; the next export removes it at once when its
+    process is gone, and leaves a live process's scratch alone."""
+    import signal
+
+    prefix = "keras-attn-scratch-"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from keras_attn.export import destination\n"
+            f"print(destination._temporary_dir({str(tmp_path)!r}, "
+            f"prefix={prefix!r}), flush=True)\n"
+            "time.sleep(600)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    killed = child.stdout.readline().strip()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    live = destination._temporary_dir(str(tmp_path), prefix=prefix)
+    assert os.path.isdir(killed) is False  # the new one cleaned it
+    assert os.path.isdir(live)
+    destination.clean_stale_temporaries(str(tmp_path), prefix)
+    assert os.path.isdir(live)  # this process is alive
