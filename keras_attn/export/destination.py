@@ -179,9 +179,9 @@ def clean_stale_temporaries(folder, prefix=_TMP_PREFIX, now=None):
     """Remove the temporary folders of exports killed in `folder`: those
     whose process on this machine is gone, and any older than
     `STALE_SECONDS` (written on another machine sharing the folder); only
-    folders named `prefix*` holding a marker we wrote. An earlier artifact that a killed export had moved
-    aside (its target now missing) is moved back first. Returns the
-    removed paths."""
+    folders named `prefix*` holding a marker we wrote. An earlier
+    artifact that a killed export had moved aside (its target now
+    missing) is moved back first. Returns the removed paths."""
     import time
 
     now = time.time() if now is None else now
