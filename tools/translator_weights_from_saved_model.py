@@ -32,6 +32,21 @@ QUANTIZED = (
 )
 
 
+def read_variable(reader, stored, variable, index):
+    """The stored value of a model variable: by its Keras path (the
+    SavedModels of `keras_attn.export`, `served_variables/<path>`), else
+    by its index (older ones, `model_variables/<i>`); `None` when the
+    SavedModel does not hold it."""
+    escaped = variable.path.replace(".", "..").replace("/", ".S")
+    for key in (
+        f"served_variables/{escaped}/.ATTRIBUTES/VARIABLE_VALUE",
+        f"model_variables/{index}/.ATTRIBUTES/VARIABLE_VALUE",
+    ):
+        if key in stored:
+            return reader.get_tensor(key)
+    return None
+
+
 def read_vocabulary(folder, name):
     with open(os.path.join(folder, name), encoding="utf-8") as f:
         tokens = f.read().split("\n")
@@ -93,11 +108,11 @@ def main(folder, weights):
     reader = tf.train.load_checkpoint(
         os.path.join(folder, "saved_model", "variables", "variables")
     )
-    # `Translator` saves the model's variables in order (`model_variables`).
+    stored = set(reader.get_variable_to_shape_map())
     for i, variable in enumerate(shipped.variables):
-        value = reader.get_tensor(
-            f"model_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE"
-        )
+        value = read_variable(reader, stored, variable, i)
+        if value is None:  # not read by any signature (dropout's seed)
+            continue
         if tuple(value.shape) != tuple(variable.shape):
             raise ValueError(
                 f"{folder!r} does not hold the recipe's model: variable {i} "

@@ -36,6 +36,20 @@ def _resources_of(trackables):
     return found
 
 
+def _keras_paths(trackables):
+    """`{id(tf.Variable): Keras path}` of the Keras variables found
+    under `trackables` (the first path wins)."""
+    import keras
+    import tensorflow as tf
+
+    paths = {}
+    for root in trackables:
+        for node in tf.train.TrackableView(root).descendants():
+            if isinstance(node, keras.Variable):
+                paths.setdefault(id(node.value), node.path)
+    return paths
+
+
 def serving_root(functions, trackables=()):
     """The object a SavedModel is written from: the functions and the
     TensorFlow variables and resources they read, nothing else.
@@ -63,13 +77,21 @@ def serving_root(functions, trackables=()):
     import tensorflow as tf
 
     root = tf.Module()
-    variables, seen = [], set()
+    paths = _keras_paths(trackables)
+    variables, seen = {}, set()
     for function in functions.values():
         for concrete in _concrete_functions(function):
             for variable in concrete.variables:
-                if id(variable) not in seen:
-                    seen.add(id(variable))
-                    variables.append(variable)
+                if id(variable) in seen:
+                    continue
+                seen.add(id(variable))
+                key = paths.get(id(variable)) or variable.name.split(":")[0]
+                name, n = key, 1
+                while name in variables:
+                    name, n = f"{key}_{n}", n + 1
+                variables[name] = variable
+    # Keyed by Keras's variable paths: the checkpoint says which weight
+    # each value is (`served_variables/<path>`, "/" written ".S").
     root.served_variables = variables
     root.served_resources = _resources_of(trackables)
     for name, function in functions.items():

@@ -62,12 +62,19 @@ def test_export_saved_model_runs_under_the_tf_serving_loader(tmp_path):
     )
 
 
-def test_each_weight_is_stored_once(tmp_path):
+def test_each_weight_is_stored_once_under_its_keras_path(tmp_path):
     model = token_model()
     path = str(tmp_path / "sm")
     export.export_saved_model(model, path)
     weights = sum(int(np.prod(v.shape)) for v in model.variables)
     assert checkpoint_elements(path) == weights
+    reader = tf.train.load_checkpoint(f"{path}/variables/variables")
+    for variable in model.variables:
+        escaped = variable.path.replace(".", "..").replace("/", ".S")
+        key = f"served_variables/{escaped}/.ATTRIBUTES/VARIABLE_VALUE"
+        np.testing.assert_array_equal(
+            reader.get_tensor(key), np.asarray(variable.value)
+        )
 
 
 def test_text_model_runs_under_the_tf_serving_loader(tmp_path):
