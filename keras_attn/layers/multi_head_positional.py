@@ -40,7 +40,7 @@ class MultiHeadPositional(
     and layouts), `attention_axes`, `use_gate`, `sliding_window`, dropout
     and flash attention (`keras.config.enable_flash_attention()` included)
     are Keras's. What it adds, for query steps `x_t` and keys `x_i`
-    (seed 002; Vaswani et al. 2017):
+    (Vaswani et al. 2017):
 
         h_t^n = Σ_i α_ti^n V^n(x_i + p(i))
         α_ti^n ∝ exp(Q^n(x_t + p(t)) · K^n(x_i + p(i)) / sqrt(key_dim))

@@ -19,7 +19,7 @@ def x_data(b=2, t=6, d=8):
 
 
 def np_reference(layer, query, value, mask):
-    """Seed 002's formulas with the layer's weights, in NumPy."""
+    """Vaswani et al.'s formulas with the layer's weights, in NumPy."""
     names = ["query", "key", "value", "output"]
     names = [f"{n}_{k}" for n in names for k in ("kernel", "bias")]
     if layer.feed_forward is not None:
