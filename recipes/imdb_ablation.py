@@ -12,7 +12,9 @@ records the validation accuracy and the mean pairwise overlap of the hops
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 
@@ -51,7 +53,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     table = []
     for label, overrides in ROWS:
-        folder = f"/tmp/ablation_{len(table)}"
+        folder = tempfile.mkdtemp(prefix=f"imdb_ablation_{len(table)}_")
         metrics = ex.main(
             out=folder,
             limit=args.limit,
@@ -64,6 +66,7 @@ def main(argv=None):
         model = keras.models.load_model(
             os.path.join(folder, "imdb_ssa", "model.keras")
         )
+        shutil.rmtree(folder)  # the row keeps what the table needs
         data = ex.load_imdb(args.limit, 0.1, ex.HPARAMS["seed"])
         overlap = hop_overlap(model, data["val"][0][:500])
         row = {

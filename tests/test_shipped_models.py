@@ -79,7 +79,7 @@ def test_imdb_model_predicts_clear_reviews(path):
         ("model_dynamic_int8.tflite", 5e-2),
     ):
         if os.path.isfile(os.path.join(folder, name)):
-            from keras_attn.litert_runtime import LiteRTClassifier
+            from keras_attn_runtime import LiteRTClassifier
 
             clf = LiteRTClassifier(os.path.join(folder, name))
             got = clf.predict(list(texts))["probability"][:, 0]
@@ -150,7 +150,7 @@ def test_shipped_translator_writes_cased_french_and_copies_numbers():
 def test_shipped_litert_translator_matches_the_saved_model():
     import tensorflow as tf
 
-    from keras_attn.litert_runtime import LiteRTTranslator
+    from keras_attn_runtime import LiteRTTranslator
 
     sentences = [
         "I am tired.",
@@ -227,7 +227,7 @@ def test_shipped_edge_model_is_full_integer_and_runs_without_tensorflow():
     # vocabulary; its quantized ops and size are those litert.json records;
     # on 500 test reviews it agrees with the recorded test accuracy.
     from keras_attn.export import tflite_op_names
-    from keras_attn.litert_runtime import LiteRTClassifier
+    from keras_attn_runtime import LiteRTClassifier
 
     path = os.path.join(EDGE, "model_full_int8.tflite")
     report = json.load(open(os.path.join(EDGE, "litert.json")))
@@ -343,7 +343,7 @@ def test_shipped_translator_leaves_no_english_in_everyday_sentences():
         )
         if words
     }
-    if not _subword_translator():  # measured: 195 of 203 (session 14)
+    if not _subword_translator():  # measured: 195 of 203
         assert left  # unknown-word copying writes English: the known defect
         pytest.xfail(
             f"the word-level translator leaves English in {len(left)} of "

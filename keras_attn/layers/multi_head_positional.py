@@ -40,7 +40,7 @@ class MultiHeadPositional(
     and layouts), `attention_axes`, `use_gate`, `sliding_window`, dropout
     and flash attention (`keras.config.enable_flash_attention()` included)
     are Keras's. What it adds, for query steps `x_t` and keys `x_i`
-    (seed 002; Vaswani et al. 2017):
+    (Vaswani et al. 2017):
 
         h_t^n = Σ_i α_ti^n V^n(x_i + p(i))
         α_ti^n ∝ exp(Q^n(x_t + p(t)) · K^n(x_i + p(i)) / sqrt(key_dim))
@@ -275,9 +275,15 @@ class MultiHeadPositional(
         start = start_index
         if start is None:
             start = 0 if cache_update_index is None else cache_update_index
-        query = masking.select(query, query_mask)
+        unmasked, query = query, masking.select(query, query_mask)
         if self_attention:
-            value = key = query
+            # Keys and values are masked by the value mask alone (the same
+            # tensor as the query's when only one mask was given).
+            value = key = (
+                query
+                if value_mask is None or value_mask is query_mask
+                else masking.select(unmasked, value_mask)
+            )
         query = self._add_positions(query, "query", start)
         if self._use_gate:
             gate = self._gate_dense(query)

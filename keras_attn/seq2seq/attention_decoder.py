@@ -25,7 +25,7 @@ class AttentionDecoder(layers.Layer):
     Wraps a Keras RNN cell (`GRUCell`, `LSTMCell`, ...) with one of our
     attention scores over `memory` `(B, S, D)`, the maintained Keras 3
     counterpart of `tfa.seq2seq.AttentionWrapper`. With `s_t` the cell
-    output and `a_t = Σ_j α_tj h_j` the context (seed 004; Luong et al.
+    output and `a_t = Σ_j α_tj h_j` the context (Luong et al.
     2015, Bahdanau et al. 2015):
 
     - `attention_order="luong"`: step first, then attend with the new

@@ -101,9 +101,12 @@ def contrastive_search(
 
     def body(index, logits, state, alignment, carry):
         seen, count, ids, align, done = carry
-        probs = ops.softmax(ban(logits, (0, *banned_ids)), axis=-1)
-        p, cands = ops.top_k(probs, k)  # (B, K)
-        cands = ops.cast(cands, "int32")
+        allowed = ban(logits, (0, *banned_ids))  # (B, V)
+        # Candidates by logit, not probability: probabilities that
+        # underflow to 0 would tie with the banned ids.
+        cands = ops.cast(ops.top_k(allowed, k)[1], "int32")  # (B, K)
+        probs = ops.softmax(allowed, axis=-1)
+        p = ops.take_along_axis(probs, cands, axis=1)  # (B, K)
         wide = keras.tree.map_structure(
             lambda x: ops.repeat(x, k, axis=0), state
         )

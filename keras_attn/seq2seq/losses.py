@@ -72,6 +72,16 @@ class SequenceLoss(keras.losses.Loss):
                     f"average_across_{axis} and sum_over_{axis} cannot both "
                     "be set. Received: both True"
                 )
+        for average, total in (
+            ("average_across_batch", "sum_over_timesteps"),
+            ("average_across_timesteps", "sum_over_batch"),
+        ):
+            if locals()[average] and locals()[total]:
+                raise ValueError(
+                    f"{average} and {total} cannot both be set: the order "
+                    "of the mean and the sum is ambiguous (tfa refuses it "
+                    "too). Received: both True"
+                )
         if not 0.0 <= float(label_smoothing) <= 1.0:
             raise ValueError(
                 "Expected label_smoothing in [0, 1]. "

@@ -373,7 +373,7 @@ def test_export_errors_name_the_flags_and_write_nothing(
 
 
 def test_single_string_predict_in_python(files):
-    from keras_attn.litert_runtime import LiteRTClassifier
+    from keras_attn_runtime import LiteRTClassifier
 
     folder, _ = files
     clf = LiteRTClassifier(str(folder / "model.tflite"))
@@ -604,3 +604,34 @@ def test_one_way_to_name_a_model_for_every_command(files, capsys, tmp_path):
     (tmp_path / "b.tflite").write_bytes(b"x")
     with pytest.raises(ValueError, match="artifact="):
         resolve(str(tmp_path), "artifact", "any")  # two: ambiguous
+
+
+def test_docs_give_the_model_search_order_the_code_uses(tmp_path, monkeypatch):
+    """docs/export.md's order of model folders is `models_dir`'s."""
+    import re
+    from types import SimpleNamespace
+
+    from keras_attn_cli import models
+
+    with open(os.path.join(ROOT, "docs", "export.md"), encoding="utf-8") as f:
+        text = " ".join(f.read().split())
+    sentence = re.search(r"Models are looked up in (.*?);", text).group(1)
+    names = [
+        "--models DIR",
+        "$KERAS_ATTN_MODELS",
+        "saved_models/",
+        "keras-attn-models",
+    ]
+    places = [sentence.index(f"`{n}`") for n in names]
+    assert places == sorted(places), sentence
+    flag, env = tmp_path / "flag", tmp_path / "env"
+    flag.mkdir(), env.mkdir()
+    monkeypatch.setenv("KERAS_ATTN_MODELS", str(env))
+    assert models.models_dir(SimpleNamespace(models=str(flag))) == str(flag)
+    assert models.models_dir(SimpleNamespace(models=None)) == str(env)
+    monkeypatch.delenv("KERAS_ATTN_MODELS")
+    monkeypatch.chdir(tmp_path)  # a ./saved_models here is never read
+    (tmp_path / "saved_models").mkdir()
+    checkout = os.path.realpath(os.path.join(ROOT, "saved_models"))
+    found = models.models_dir(SimpleNamespace(models=None))
+    assert os.path.realpath(found) == checkout

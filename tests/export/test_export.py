@@ -12,7 +12,8 @@ import pytest
 import tensorflow as tf
 
 import keras_attn
-from keras_attn import export, litert_runtime
+import keras_attn_runtime as litert_runtime
+from keras_attn import export
 from tests.paths import ROOT
 
 RNG = np.random.default_rng(5)
@@ -326,7 +327,7 @@ def test_cli_export_and_predict_agree(text_model, tmp_path):
     reason="onnxruntime not installed",
 )
 def test_onnx_export_matches_keras_and_is_safe(attention_model, tmp_path):
-    from keras_attn.litert_runtime import OnnxClassifier
+    from keras_attn_runtime import OnnxClassifier
 
     path = str(tmp_path / "m.onnx")
     export.export_text_model(attention_model, onnx=path)

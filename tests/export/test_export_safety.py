@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from keras_attn import export, litert_runtime
+import keras_attn_runtime as litert_runtime
+from keras_attn import export
 from keras_attn.export import destination, saved_model
 
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from keras_attn import litert_runtime
+import keras_attn_runtime as litert_runtime
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ def x_data(b=2, t=6, d=8):
 
 
 def np_reference(layer, query, value, mask):
-    """Seed 002's formulas with the layer's weights, in NumPy."""
+    """Vaswani et al.'s formulas with the layer's weights, in NumPy."""
     names = ["query", "key", "value", "output"]
     names = [f"{n}_{k}" for n in names for k in ("kernel", "bias")]
     if layer.feed_forward is not None:
@@ -365,3 +365,17 @@ def test_non_finite_padding_never_reaches_valid_outputs(bad):
     self_clean = to_numpy(layer(x, query_mask=qm, use_causal_mask=True))
     self_dirty = to_numpy(layer(x2, query_mask=qm, use_causal_mask=True))
     np.testing.assert_allclose(self_dirty, self_clean, atol=1e-6)
+
+
+@pytest.mark.parametrize("position", [None, "sinusoidal", "rotary"])
+def test_self_attention_masks_keys_by_the_value_mask_alone(position):
+    # Keys and values were taken from the query masked by the query mask:
+    # outputs differed from layer(x, x, ...) by up to 0.95.
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    query_mask = np.array([[1, 1, 0, 0, 1], [1, 0, 1, 1, 1]], bool)
+    value_mask = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 1]], bool)
+    layer = keras_attn.MultiHeadPositional(2, 4, position=position)
+    alone = layer(x, query_mask=query_mask, value_mask=value_mask)
+    both = layer(x, x, query_mask=query_mask, value_mask=value_mask)
+    np.testing.assert_allclose(to_numpy(alone), to_numpy(both), atol=1e-5)

@@ -18,7 +18,8 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keras_attn import export, litert_runtime
+import keras_attn_runtime as litert_runtime
+from keras_attn import export
 from keras_attn.text import standardize_review
 from tests.paths import ROOT
 
@@ -202,7 +203,7 @@ def test_one_classifier_shared_by_threads(tflite_model):
     _, path = tflite_model
     proc = run_python(f"""
         import threading, numpy as np
-        from keras_attn.litert_runtime import LiteRTClassifier
+        from keras_attn_runtime import LiteRTClassifier
         clf = LiteRTClassifier({path!r})
         texts = [f"great film {{i}} " * (i % 7) + "awful" for i in range(10)]
         want = clf.predict(texts)["probability"]
@@ -258,7 +259,7 @@ def test_mutated_tflite_files_are_refused_or_run_never_crash(
     proc = run_python(
         f"""
         import glob
-        from keras_attn.litert_runtime import LiteRTClassifier
+        from keras_attn_runtime import LiteRTClassifier
         refused = ran = 0
         for path in sorted(glob.glob({str(folder)!r} + "/*.tflite")):
             try:
@@ -310,7 +311,7 @@ def test_one_translator_shared_by_threads():
     path = os.path.join(TRANSLATOR, "model.tflite")
     proc = run_python(f"""
         import threading
-        from keras_attn.litert_runtime import LiteRTTranslator
+        from keras_attn_runtime import LiteRTTranslator
         lite = LiteRTTranslator({path!r})
         texts = ["I am tired.", "Where is the station?", "Thank you.",
                  "She is reading a book."]

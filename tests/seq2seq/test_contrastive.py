@@ -123,3 +123,33 @@ def test_bad_arguments_are_named(kwargs, name):
             step_fn, (np.zeros((1, D), "float32"),), START, END, 4, hidden_fn,
             **kwargs,
         )  # fmt: skip
+
+
+def test_banned_and_padding_ids_are_never_candidates():
+    # With one spiked logit every other probability underflows to 0, tying
+    # with the banned ones: top_k over probabilities picked id 0.
+    spike = np.zeros((1, V), "float32")
+    spike[0, 5] = 1e9
+
+    def spiked(tokens, state, index):
+        h = ops.tanh(
+            ops.take(EMBED, tokens, axis=0) + ops.matmul(state[0], RECUR)
+        )
+        rows = ops.shape(tokens)[0]
+        return ops.tile(ops.convert_to_tensor(spike), (rows, 1)), (h,), None
+
+    h0 = np.zeros((2, D), "float32")
+    out = contrastive_search(
+        spiked,
+        (h0,),
+        START,
+        END,
+        4,
+        hidden_fn=hidden_fn,
+        top_k=2,
+        alpha=0.9,
+        banned_ids=(3,),
+    )
+    ids = np.asarray(out["ids"])
+    assert ids.shape == (2, 4)
+    assert not np.isin(ids, [0, 3]).any(), ids

@@ -11,9 +11,9 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from keras_attn.litert_runtime import LiteRTTranslator
 from keras_attn.seq2seq import AttentionDecoder, Translator
 from keras_attn.text import split_sentence
+from keras_attn_runtime import LiteRTTranslator
 
 SOURCE = ["", "[UNK]", "a", "b", "c", "d", "."]
 TARGET = ["", "[UNK]", "[start]", "[end]", "x", "y", "z", "."]

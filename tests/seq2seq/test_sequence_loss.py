@@ -106,7 +106,6 @@ FLAGS = [
     (False, True, False, False),
     (False, False, True, False),
     (False, False, False, True),
-    (True, False, False, True),  # tfa: the average alone applies
 ]
 
 
@@ -154,6 +153,20 @@ def test_average_and_sum_on_one_axis_are_refused():
         ValueError, match="average_across_batch and sum_over_batch"
     ):
         SequenceLoss(average_across_batch=True, sum_over_batch=True)
+
+
+@pytest.mark.parametrize(
+    "average, total",
+    [
+        ("average_across_batch", "sum_over_timesteps"),
+        ("average_across_timesteps", "sum_over_batch"),
+    ],
+)
+def test_an_average_and_a_sum_of_ambiguous_order_are_refused(average, total):
+    # tfa refuses them: whether the sum or the mean comes first changes
+    # the result when the weights differ from row to row.
+    with pytest.raises(ValueError, match=f"{average} and {total}.*order"):
+        SequenceLoss(**{average: True, total: True})
 
 
 def test_one_hot_and_soft_targets():
