@@ -122,7 +122,9 @@ def _serve_function(model, input_signature=None, vectorizer=None):
         outputs = model(
             list(args) if len(args) > 1 else args[0], training=False
         )
-        if not isinstance(outputs, dict):
+        if isinstance(outputs, (list, tuple)):  # as Keras's export names them
+            outputs = {f"output_{i}": o for i, o in enumerate(outputs)}
+        elif not isinstance(outputs, dict):
             outputs = {"output_0": outputs}
         if vectorizer is not None:
             ids = vectorizer(args[0])  # (B, T)

@@ -234,3 +234,22 @@ def test_full_integer_attention_keeps_its_resolution_under_masks(name):
         model, quantize="int8", representative_data=calibration
     )
     assert_close(run_tflite(data, IDS), want, 0.1, name)
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_our_saved_model_restores_under_the_tf_serving_loader(name, tmp_path):
+    """Each export-matrix model through `export.export_saved_model`, run
+    as TensorFlow Serving runs it (a TF1 session after the saver's
+    restore): the outputs of `tf.saved_model.load` and of Keras."""
+    from tests.export.tf_serving import assert_same, run_tf1, run_tf2
+
+    model = BUILDERS[name]()
+    path = str(tmp_path / "sm")
+    export.export_saved_model(model, path)
+    feed = {"tokens": IDS}
+    tf1 = run_tf1(path, feed)
+    assert_same(tf1, run_tf2(path, feed), atol=1e-5)
+    want = sorted(keras_outputs(model, IDS), key=lambda a: a.shape)
+    got = sorted(tf1.values(), key=lambda a: a.shape)
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-4)
