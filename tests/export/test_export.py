@@ -405,14 +405,11 @@ def test_litert_runtime_needs_no_tensorflow(attention_model, tmp_path):
     path = str(tmp_path / "m.tflite")
     export.export_text_tflite(attention_model, path)
     want = attention_model.predict(as_batch(TEXTS[:5]), verbose=0)
-    runtime = os.path.join(ROOT, "keras_attn", "litert_runtime.py")
     script = textwrap.dedent(f"""
-        import importlib.util, sys
+        import sys
         for name in ("tensorflow", "keras", "keras_attn"):
             sys.modules[name] = None  # any import of them now fails
-        spec = importlib.util.spec_from_file_location("rt", {runtime!r})
-        rt = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(rt)
+        import keras_attn_runtime as rt
         out = rt.LiteRTClassifier({path!r}).predict({TEXTS[:5]!r})
         print(repr(out["probability"][:, 0].tolist()))
     """)
