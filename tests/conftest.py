@@ -29,5 +29,5 @@ if os.environ["KERAS_BACKEND"] == "torch":
 from hypothesis import settings  # noqa: E402
 
 settings.register_profile("ci", derandomize=True, database=None)
-settings.register_profile("explore", derandomize=False, max_examples=1000)
+settings.register_profile("explore", derandomize=False, max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

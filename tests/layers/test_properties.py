@@ -17,8 +17,11 @@ from tests.layers.test_attention import np_scores
 from tests.layers.test_multi_head_positional import np_reference as np_mhp
 from tests.layers.test_structured_self_attention import np_reference as np_ssa
 
+# "fast" (the default here) keeps the suite's derandomized "ci" profile
+# (tests/conftest.py) and runs 8 cases per property.
 settings.register_profile(
     "fast",
+    parent=settings.get_profile("ci"),
     max_examples=8,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
