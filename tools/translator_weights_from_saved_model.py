@@ -37,9 +37,10 @@ def read_variable(reader, stored, variable, index):
     SavedModels of `keras_attn.export`, `served_variables/<path>`), else
     by its index (older ones, `model_variables/<i>`); `None` when the
     SavedModel does not hold it."""
-    escaped = variable.path.replace(".", "..").replace("/", ".S")
+    from keras_attn.export.saved_model import checkpoint_key
+
     for key in (
-        f"served_variables/{escaped}/.ATTRIBUTES/VARIABLE_VALUE",
+        checkpoint_key(variable.path),
         f"model_variables/{index}/.ATTRIBUTES/VARIABLE_VALUE",
     ):
         if key in stored:

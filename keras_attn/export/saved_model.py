@@ -10,6 +10,15 @@ signature; `saved_model_cli run` does the same), not only through
 from keras_attn.export.destination import check_destination, staged
 
 KNOWN_WORDS = "known_words"
+VARIABLES = "served_variables"
+
+
+def checkpoint_key(path):
+    """The checkpoint key of the weight with Keras path `path` in a
+    SavedModel written here (TensorFlow writes "." as ".." and "/" as
+    ".S" in object names)."""
+    escaped = path.replace(".", "..").replace("/", ".S")
+    return f"{VARIABLES}/{escaped}/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def _concrete_functions(function):
@@ -92,7 +101,7 @@ def serving_root(functions, trackables=()):
                 variables[name] = variable
     # Keyed by Keras's variable paths: the checkpoint says which weight
     # each value is (`served_variables/<path>`, "/" written ".S").
-    root.served_variables = variables
+    setattr(root, VARIABLES, variables)
     root.served_resources = _resources_of(trackables)
     for name, function in functions.items():
         setattr(root, name, function)

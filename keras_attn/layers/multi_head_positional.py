@@ -275,15 +275,11 @@ class MultiHeadPositional(
         start = start_index
         if start is None:
             start = 0 if cache_update_index is None else cache_update_index
-        unmasked, query = query, masking.select(query, query_mask)
-        if self_attention:
-            # Keys and values are masked by the value mask alone (the same
-            # tensor as the query's when only one mask was given).
-            value = key = (
-                query
-                if value_mask is None or value_mask is query_mask
-                else masking.select(unmasked, value_mask)
-            )
+        masked = masking.select(query, query_mask)
+        if self_attention:  # keys and values: by the value mask alone
+            same = value_mask is None or value_mask is query_mask
+            value = key = masked if same else masking.select(query, value_mask)
+        query = masked
         query = self._add_positions(query, "query", start)
         if self._use_gate:
             gate = self._gate_dense(query)

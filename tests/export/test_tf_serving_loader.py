@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import keras_attn
 from keras_attn import export
+from keras_attn.export import saved_model
 from tests.export.test_export import build_text_model
 from tests.export.tf_serving import (
     assert_same,
@@ -70,8 +71,7 @@ def test_each_weight_is_stored_once_under_its_keras_path(tmp_path):
     assert checkpoint_elements(path) == weights
     reader = tf.train.load_checkpoint(f"{path}/variables/variables")
     for variable in model.variables:
-        escaped = variable.path.replace(".", "..").replace("/", ".S")
-        key = f"served_variables/{escaped}/.ATTRIBUTES/VARIABLE_VALUE"
+        key = saved_model.checkpoint_key(variable.path)
         np.testing.assert_array_equal(
             reader.get_tensor(key), np.asarray(variable.value)
         )
