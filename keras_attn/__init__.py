@@ -1,11 +1,13 @@
 """keras_attn: serializable Keras 3 attention layers."""
 
 from keras_attn.layers.additive_attention import AdditiveAttention
+from keras_attn.layers.alibi_bias import AlibiBias
 from keras_attn.layers.attention import Attention
 from keras_attn.layers.learned_position_embedding import (
     LearnedPositionEmbedding,
 )
 from keras_attn.layers.multi_head_positional import MultiHeadPositional
+from keras_attn.layers.rotary_embedding import RotaryEmbedding
 from keras_attn.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
@@ -17,10 +19,12 @@ __version__ = "0.2.0"
 
 __all__ = [
     "AdditiveAttention",
+    "AlibiBias",
     "AttentionDecoder",
     "Attention",
     "LearnedPositionEmbedding",
     "MultiHeadPositional",
+    "RotaryEmbedding",
     "SinusoidalPositionEncoding",
     "StructuredSelfAttention",
     "standardize_review",

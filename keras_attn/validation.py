@@ -12,6 +12,19 @@ def positive_int(name, value, allow_none=False):
         )
 
 
+def positive_number(name, value):
+    """`float(value)`; raise, naming the argument, unless it is a number
+    above zero."""
+    if isinstance(value, bool) or not (
+        isinstance(value, (int, float)) and value > 0
+    ):
+        raise ValueError(
+            f"Expected {name} to be a positive number. "
+            f"Received: {name}={value!r}"
+        )
+    return float(value)
+
+
 def check_rate(name, value):
     """Raise unless `value` is a rate in [0, 1)."""
     if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:

@@ -27,154 +27,67 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _texts(p, required_help):
-    p.add_argument("text", nargs="*", help=required_help)
-    p.add_argument(
-        "--file",
-        default=None,
-        metavar="PATH",
-        help="read texts from a file, one per line ('-' for stdin)",
+def _flag(*names, **settings):
+    """One `add_argument` call: the names, then its keyword arguments."""
+    return names, settings
+
+
+def _texts(texts_help):
+    """Texts on the line or from --file."""
+    return (
+        _flag("text", nargs="*", help=texts_help),
+        _flag(
+            "--file",
+            default=None,
+            metavar="PATH",
+            help="read texts from a file, one per line ('-' for stdin)",
+        ),
     )
 
 
-def build_parser():
-    parser = _Parser(
-        prog="keras-attn",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def _unsafe(verb):
+    return _flag(
+        "--allow-unsafe-ops",
+        action="store_true",
+        help=f"{verb} a SavedModel holding ops outside the allowlist",
     )
-    parser.add_argument(
+
+
+def _overwrite(what):
+    return _flag("--overwrite", action="store_true", help=f"replace {what}")
+
+
+# Options before the command (`--verbose` and `--sandbox` anywhere).
+GLOBAL_FLAGS = (
+    _flag(
         "--verbose",
         action="store_true",
         help="show TensorFlow's logs and full tracebacks",
-    )
-    parser.add_argument(
+    ),
+    _flag(
         "--sandbox",
         action="store_true",
         help="run the command in a bubblewrap sandbox: no network, a "
         "read-only file system, an empty /tmp as scratch (for models from "
         "strangers; needs the bubblewrap package)",
-    )
-    parser.add_argument(
+    ),
+    _flag(
         "--timeout",
         type=float,
         default=None,
         metavar="SECONDS",
         help="stop with an error if the command runs longer (a model from "
         "a stranger can loop forever)",
-    )
-    parser.add_argument(
+    ),
+    _flag(
         "--models",
         default=None,
         metavar="DIR",
         help="folder of shipped models (default: $KERAS_ATTN_MODELS, else "
         "the checkout's saved_models/, else the installed keras-attn-models;"
         " never ./saved_models)",
-    )
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    p = sub.add_parser("classify", help="classify reviews (the default)")
-    _texts(p, "reviews (default: samples)")
-    p.add_argument("--model", default=None, help="a .keras text model")
-    p = sub.add_parser("demo", help="train a tiny model on a generated task")
-    p.add_argument(
-        "--epochs", type=int, default=8, help="training epochs (default: 8)"
-    )
-    p = sub.add_parser("explain", help="attention HTML + PNG for one text")
-    p.add_argument(
-        "model",
-        help="a .keras text model or its folder, or a .tflite with an "
-        "attention output (the shipped imdb_edge file)",
-    )
-    p.add_argument("text", nargs="?", default=None, help="the text (or --file)")
-    p.add_argument(
-        "--file", default=None, metavar="PATH", help="the text from a file"
-    )
-    p.add_argument(
-        "--out",
-        default="explain_out",
-        help="output folder (default: ./explain_out)",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace attention.html/.png files that are not earlier "
-        "keras-attn explain outputs",
-    )
-    p = sub.add_parser("export", help="SavedModel, LiteRT and ONNX export")
-    p.add_argument("model", help="a .keras raw-text model or its folder")
-    p.add_argument("--saved-model", default=None, help="target folder")
-    p.add_argument("--tflite", default=None, help="target .tflite file")
-    p.add_argument(
-        "--onnx",
-        default=None,
-        help="target .onnx file (token ids in; vocabulary in its metadata)",
-    )
-    p.add_argument(
-        "--quantize",
-        default="none",
-        choices=["none", "float16", "dynamic", "int8"],
-        help="LiteRT weights: float32 (none), float16, dynamic-range int8 "
-        "(int8 weights, float activations), or int8: full-integer int8 "
-        "weights and activations, calibrated on --calibration texts "
-        "(slow for recurrent models: they are unrolled step by step)",
-    )
-    p.add_argument(
-        "--calibration", default=None, help="texts, one per line (int8)"
-    )
-    p.add_argument(
-        "--dynamic-length",
-        action="store_true",
-        help="LiteRT input of variable length: each text runs at its own "
-        "length (recurrent models get faster; with int8 only for models "
-        "without a recurrent layer)",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace destinations that are not earlier exports",
-    )
-    p = sub.add_parser("translate", help="English to French (shipped model)")
-    _texts(p, "English sentences")
-    p.add_argument("--model", default=None, help="translator folder")
-    p.add_argument(
-        "--alignment", action="store_true", help="print the first alignment"
-    )
-    p.add_argument(
-        "--allow-unsafe-ops",
-        action="store_true",
-        help="run a SavedModel holding ops outside the allowlist",
-    )
-    p = sub.add_parser("align", help="translation alignment heatmap (PNG)")
-    p.add_argument("model", help="translator folder or its saved_model")
-    p.add_argument("text")
-    p.add_argument(
-        "--out",
-        default="alignment.png",
-        help="PNG file to write (default: ./alignment.png)",
-    )
-    p.add_argument(
-        "--allow-unsafe-ops",
-        action="store_true",
-        help="run a SavedModel holding ops outside the allowlist",
-    )
-    p = sub.add_parser(
-        "predict", help="run a .keras, SavedModel folder, .tflite or .onnx"
-    )
-    p.add_argument("artifact")
-    _texts(p, "texts to classify")
-    p.add_argument(
-        "--vocabulary",
-        default=None,
-        help="for a .tflite without an embedded vocabulary",
-    )
-    p.add_argument(
-        "--allow-unsafe-ops",
-        action="store_true",
-        help="run a SavedModel holding ops outside the allowlist",
-    )
-    _serve_parser(sub)
-    return parser
-
+    ),
+)
 
 # `keras-attn serve`'s settings: (flag, type, default, help). The
 # defaults are `keras_attn_cli.serve`'s LIMITS and BATCHING.
@@ -188,30 +101,176 @@ SERVE_FLAGS = (
     ("--batch-wait-ms", float, 5.0, "longest wait for a batch to fill"),
 )
 
-
-def _serve_parser(sub):
-    p = sub.add_parser(
+# Each command: (name, help, its arguments), in the order of `--help`.
+COMMANDS = (
+    (
+        "classify",
+        "classify reviews (the default)",
+        (
+            *_texts("reviews (default: samples)"),
+            _flag("--model", default=None, help="a .keras text model"),
+        ),
+    ),
+    (
+        "demo",
+        "train a tiny model on a generated task",
+        (
+            _flag(
+                "--epochs",
+                type=int,
+                default=8,
+                help="training epochs (default: 8)",
+            ),
+        ),
+    ),
+    (
+        "explain",
+        "attention HTML + PNG for one text",
+        (
+            _flag(
+                "model",
+                help="a .keras text model or its folder, or a .tflite with "
+                "an attention output (the shipped imdb_edge file)",
+            ),
+            _flag("text", nargs="?", default=None, help="the text (or --file)"),
+            _flag(
+                "--file",
+                default=None,
+                metavar="PATH",
+                help="the text from a file",
+            ),
+            _flag(
+                "--out",
+                default="explain_out",
+                help="output folder (default: ./explain_out)",
+            ),
+            _overwrite(
+                "attention.html/.png files that are not earlier keras-attn "
+                "explain outputs"
+            ),
+        ),
+    ),
+    (
+        "export",
+        "SavedModel, LiteRT and ONNX export",
+        (
+            _flag("model", help="a .keras raw-text model or its folder"),
+            _flag("--saved-model", default=None, help="target folder"),
+            _flag("--tflite", default=None, help="target .tflite file"),
+            _flag(
+                "--onnx",
+                default=None,
+                help="target .onnx file (token ids in; vocabulary in its "
+                "metadata)",
+            ),
+            _flag(
+                "--quantize",
+                default="none",
+                choices=["none", "float16", "dynamic", "int8"],
+                help="LiteRT weights: float32 (none), float16, dynamic-range "
+                "int8 (int8 weights, float activations), or int8: "
+                "full-integer int8 weights and activations, calibrated on "
+                "--calibration texts (slow for recurrent models: they are "
+                "unrolled step by step)",
+            ),
+            _flag(
+                "--calibration",
+                default=None,
+                help="texts, one per line (int8)",
+            ),
+            _flag(
+                "--dynamic-length",
+                action="store_true",
+                help="LiteRT input of variable length: each text runs at its "
+                "own length (recurrent models get faster; with int8 only "
+                "for models without a recurrent layer)",
+            ),
+            _overwrite("destinations that are not earlier exports"),
+        ),
+    ),
+    (
+        "translate",
+        "English to French (shipped model)",
+        (
+            *_texts("English sentences"),
+            _flag("--model", default=None, help="translator folder"),
+            _flag(
+                "--alignment",
+                action="store_true",
+                help="print the first alignment",
+            ),
+            _unsafe("run"),
+        ),
+    ),
+    (
+        "align",
+        "translation alignment heatmap (PNG)",
+        (
+            _flag("model", help="translator folder or its saved_model"),
+            _flag("text"),
+            _flag(
+                "--out",
+                default="alignment.png",
+                help="PNG file to write (default: ./alignment.png)",
+            ),
+            _unsafe("run"),
+        ),
+    ),
+    (
+        "predict",
+        "run a .keras, SavedModel folder, .tflite or .onnx",
+        (
+            _flag("artifact"),
+            *_texts("texts to classify"),
+            _flag(
+                "--vocabulary",
+                default=None,
+                help="for a .tflite without an embedded vocabulary",
+            ),
+            _unsafe("run"),
+        ),
+    ),
+    (
         "serve",
-        help="serve models over TensorFlow Serving's REST API (KServe)",
+        "serve models over TensorFlow Serving's REST API (KServe)",
+        (
+            _flag(
+                "model",
+                nargs="*",
+                help="a shipped model's name, a folder, a SavedModel, a "
+                ".keras or a .tflite (default: every shipped model, under "
+                "its folder name)",
+            ),
+            *(
+                _flag(
+                    flag,
+                    type=kind,
+                    default=default,
+                    help=f"{text} (default: {default})",
+                )
+                for flag, kind, default, text in SERVE_FLAGS
+            ),
+            _unsafe("serve"),
+        ),
+    ),
+)
+
+
+def build_parser():
+    """The `keras-attn` parser, from `GLOBAL_FLAGS` and `COMMANDS`."""
+    parser = _Parser(
+        prog="keras-attn",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "model",
-        nargs="*",
-        help="a shipped model's name, a folder, a SavedModel, a .keras or "
-        "a .tflite (default: every shipped model, under its folder name)",
-    )
-    for flag, kind, default, text in SERVE_FLAGS:
-        p.add_argument(
-            flag,
-            type=kind,
-            default=default,
-            help=f"{text} (default: {default})",
-        )
-    p.add_argument(
-        "--allow-unsafe-ops",
-        action="store_true",
-        help="serve a SavedModel holding ops outside the allowlist",
-    )
+    for names, settings in GLOBAL_FLAGS:
+        parser.add_argument(*names, **settings)
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    for name, text, flags in COMMANDS:
+        command = sub.add_parser(name, help=text)
+        for names, settings in flags:
+            command.add_argument(*names, **settings)
+    return parser
 
 
 @contextlib.contextmanager

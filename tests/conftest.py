@@ -31,3 +31,15 @@ from hypothesis import settings  # noqa: E402
 settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False, max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Weights are drawn from Keras's global seed: each test starts from the
+# same one, so its layers are initialized the same on every run and in
+# any order of tests.
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _same_weights_every_run():
+    import keras
+
+    keras.utils.set_random_seed(1234)

@@ -66,3 +66,27 @@ def enable_lora(layer_name, sublayers, rank, targets):
             sublayer.enable_lora(rank)
         else:
             sublayer.trainable = False
+
+
+def fewer_heads(projection, heads):
+    """The arguments of an `EinsumDense` like `projection` (a `(..., H, K)`
+    head projection) with `heads` heads instead of `H`."""
+    shape = projection.partial_output_shape
+    return {
+        "equation": projection.equation,
+        "output_shape": (*shape[:-2], heads, shape[-1]),
+        "bias_axes": projection.bias_axes,
+    }
+
+
+def two_dense(width, hidden, activation, name, common):
+    """`width → hidden → width`: two built `Dense` layers named
+    `{name}_1` and `{name}_2`, the first with `activation`; `common`: the
+    initializers, regularizers and constraints."""
+    first = keras.layers.Dense(
+        hidden, activation=activation, name=f"{name}_1", **common
+    )
+    second = keras.layers.Dense(width, name=f"{name}_2", **common)
+    first.build((None, width))
+    second.build((None, hidden))
+    return first, second

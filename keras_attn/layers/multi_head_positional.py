@@ -1,17 +1,21 @@
-"""`MultiHeadPositional`: Keras's `MultiHeadAttention` with positions, g(·)
-and a key/value cache."""
+"""`MultiHeadPositional`: Keras's `MultiHeadAttention` with positions,
+grouped key/value heads, a feed-forward g and a key/value cache."""
+
+import types
 
 import keras
 from keras import layers, ops
 
-from keras_attn.layers import _sublayers
-from keras_attn.layers._multi_head import arguments
-from keras_attn.layers._multi_head.attention import AttentionMixin
-from keras_attn.layers._multi_head.cache import KeyValueCacheMixin
-from keras_attn.layers._multi_head.masks import MasksMixin
-from keras_attn.layers._multi_head.positions import PositionsMixin
-from keras_attn.layers._multi_head.shapes import ShapesMixin
-from keras_attn.layers._multi_head.sublayers import SublayersMixin
+from keras_attn.layers import _legacy, _sublayers
+from keras_attn.layers import _multi_head_arguments as arguments
+from keras_attn.layers.alibi_bias import AlibiBias
+from keras_attn.layers.learned_position_embedding import (
+    LearnedPositionEmbedding,
+)
+from keras_attn.layers.rotary_embedding import RotaryEmbedding
+from keras_attn.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
 from keras_attn.ops import masking
 from keras_attn.validation import (
     check_attention_masks,
@@ -23,16 +27,9 @@ POSITIONS = arguments.POSITIONS
 FEED_FORWARDS = arguments.FEED_FORWARDS
 
 
+@_legacy.multi_head_names
 @keras.saving.register_keras_serializable(package="keras_attn")
-class MultiHeadPositional(
-    AttentionMixin,
-    PositionsMixin,
-    MasksMixin,
-    KeyValueCacheMixin,
-    SublayersMixin,
-    ShapesMixin,
-    layers.MultiHeadAttention,
-):
+class MultiHeadPositional(layers.MultiHeadAttention):
     """Multi-head attention with position encodings and a post-attention g.
 
     A subclass of `keras.layers.MultiHeadAttention`: projections
@@ -52,9 +49,9 @@ class MultiHeadPositional(
     added to the query, key and value inputs, each at its own positions
     along the attention axis. Two positions act on the scores instead:
     `"rotary"` (Su et al. 2021) rotates each head's projected query and key
-    by angles of their positions (`positional.rotary`), so scores depend on
-    `i − j`; `"alibi"` (Press et al. 2022) adds `−m_h |i − j|` to head
-    `h`'s scores (`positional.alibi_bias`). Both need `(B, T, D)` inputs.
+    by angles of their positions (a `RotaryEmbedding` layer), so scores
+    depend on `i − j`; `"alibi"` (Press et al. 2022) adds `−m_h |i − j|` to
+    head `h`'s scores (`AlibiBias`). Both need `(B, T, D)` inputs.
 
     With `num_key_value_heads < num_heads` (grouped-query attention;
     Ainslie et al. 2023; `1` is multi-query) keys and values have fewer
@@ -62,13 +59,13 @@ class MultiHeadPositional(
     the weights of `keras.layers.GroupQueryAttention` and a cache that
     many times smaller.
 
-    Which kernel runs: without a score bias, Keras's `_compute_attention`
-    (the backend's fused `dot_product_attention`, flash where Keras allows
-    it, unless dropout is active or scores are returned); rotary positions
-    and grouped heads keep that path. With a bias (`"alibi"`,
-    `attention_bias`, or `score_bias` overridden) the fused
-    `dot_product_attention(bias=...)` runs under the same conditions, and
-    the explicit einsum path otherwise. `g(z) = W_2 act(W_1 z + b_1) + b_2`;
+    Which kernel runs: the backend's fused `dot_product_attention` (flash
+    where Keras allows it) where Keras's `MultiHeadAttention` uses it, that
+    is unless dropout is active or scores are returned, with a score bias
+    (`"alibi"`, `attention_bias`, or `score_bias` overridden) as its
+    `bias=`; Keras's einsums and masked softmax otherwise. Both scale the
+    query before its product with the keys, so that float16 does not
+    overflow where Keras's fused call does. `g(z) = W_2 act(W_1 z + b_1) + b_2`;
     `"per_head"` shares one `g` (`value_dim → feed_forward_dim →
     value_dim`) across heads. With `position=None, feed_forward=None` the
     layer computes what `MultiHeadAttention` computes with the same weights,
@@ -208,7 +205,9 @@ class MultiHeadPositional(
         self._given_axes = attention_axes
         self._ff_1 = self._ff_2 = None
         self.query_position = self.key_position = None
-        self.value_position = None
+        self.value_position = self.rotary = self.alibi = None
+
+    # -- Building: Keras's projections, grouped heads, g, positions. ----
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
@@ -226,7 +225,82 @@ class MultiHeadPositional(
             "key": key_shape[-1],
         }
         self._build_feed_forward()
-        self._build_positions(self._widths)
+        self._build_positions()
+
+    def _build_attention(self, rank):
+        # Keras's `MultiHeadAttention.build` calls this between the value
+        # and output projections. With grouped heads the key and value
+        # projections get `num_key_value_heads` heads, as in Keras's
+        # `GroupedQueryAttention`, in Keras's weight order (query, key,
+        # gate, value, output).
+        if self.num_key_value_heads != self.num_heads:
+            gate = getattr(self, "_gate_dense", None)
+            for old in (self._key_dense, gate, self._value_dense):
+                if old is not None:
+                    self._tracker.untrack(old)
+            common = self._get_common_kwargs_for_sublayer()
+            for name in ("key", "value"):
+                old = getattr(self, f"_{name}_dense")
+                new = _sublayers.fewer_heads(old, self.num_key_value_heads)
+                new = layers.EinsumDense(**new, name=name, **common)
+                new.build(self._build_shapes[name])
+                setattr(self, f"_{name}_dense", new)
+                if name == "key" and gate is not None:
+                    self._gate_dense = gate  # tracked again, after the key
+        super()._build_attention(rank)
+
+    def _build_feed_forward(self):
+        """`g`'s two `Dense` layers (`None` without a feed-forward)."""
+        if self.feed_forward is None:
+            return
+        width = self.value_dim
+        if self.feed_forward == "concat":
+            width *= self.num_heads
+        hidden = self.feed_forward_dim or 2 * width
+        common = self._get_common_kwargs_for_sublayer()
+        del common["activity_regularizer"]  # g's own output is not the layer's
+        self._ff_1, self._ff_2 = _sublayers.two_dense(
+            width, hidden, self.feed_forward_activation, "feed_forward", common
+        )
+
+    def _build_positions(self):
+        """The position layers. A sinusoidal encoding fits any width: one
+        layer. A learned table is made per distinct input width (one for
+        self-attention). Rotary and ALiBi have no weights."""
+        self._stream_positions = {}
+        policy = self.dtype_policy
+        if self.position == "rotary":
+            self.rotary = RotaryEmbedding(
+                self.max_wavelength,
+                self.scaling_factor,
+                dtype=policy,
+                name="rotary",
+            )
+        elif self.position == "alibi":
+            self.alibi = AlibiBias(dtype=policy, name="alibi")
+        if self.position not in arguments.ADDED:
+            return
+        tables = {}
+        for stream in ("query", "value", "key"):
+            width = self._widths[stream]
+            if not tables or (
+                self.position == "learned" and width not in tables
+            ):
+                name = f"{stream}_position"
+                if self.position == "sinusoidal":
+                    table = SinusoidalPositionEncoding(dtype=policy, name=name)
+                else:
+                    table = LearnedPositionEmbedding(
+                        self.max_length, dtype=policy, name=name
+                    )
+                table.build((None, None, width))
+                setattr(self, name, table)
+                tables[width] = table
+            self._stream_positions[stream] = tables.get(
+                width, self.query_position
+            )
+
+    # -- The call, in four steps. ----------------------------------------
 
     def call(
         self,
@@ -246,84 +320,25 @@ class MultiHeadPositional(
         start_index=None,
         attention_bias=None,
     ):
-        if query_mask is None:
-            query_mask = mask  # Keras fills `mask` for `layer(x)`
-        memory = cache is not None and cache_update_index is None
-        self_attention = value is None and not memory
-        if value is None:
-            value = query
-            if value_mask is None and cache is None:
-                value_mask = query_mask
-        if key is None:
-            key = value
-            if self_attention:
-                key_mask = None
-        check_key_value(value.shape, key.shape)
-        arguments.check_cache_arguments(
-            query, cache, cache_update_index, start_index
+        step = self._resolve_inputs(
+            query,
+            value,
+            key,
+            query_mask if query_mask is not None else mask,
+            (value_mask, key_mask, attention_mask),
+            cache,
+            cache_update_index,
+            start_index,
         )
-        dtype = self.compute_dtype
-        query, value, key = (ops.cast(t, dtype) for t in (query, value, key))
-        arguments.check_inputs(
-            self, query, *((None, None) if memory else (value, key))
+        q, gate = self._queries(step)
+        k, v, cache, length, offset = self._keys_and_values(
+            step, cache, cache_update_index
         )
-        three_d, heads = len(query.shape) == 3, self.num_heads
-        if three_d and cache is None:
-            check_attention_masks(
-                query, key, query_mask, value_mask, attention_mask, heads
-            )
-        start = start_index
-        if start is None:
-            start = 0 if cache_update_index is None else cache_update_index
-        masked = masking.select(query, query_mask)
-        if self_attention:  # keys and values: by the value mask alone
-            same = value_mask is None or value_mask is query_mask
-            value = key = masked if same else masking.select(query, value_mask)
-        query = masked
-        query = self._add_positions(query, "query", start)
-        if self._use_gate:
-            gate = self._gate_dense(query)
-        q = self._rotate(self._query_dense(query), start)  # (B, Tq, H, K)
-        if cache is not None:
-            k, v, cache, length, offset = self._cached_keys(
-                cache, value, key, cache_update_index, start
-            )
-            if self_attention and value_mask is None and query_mask is not None:
-                value_mask = masking.written_mask(query_mask, length, offset)
-            key_mask = None
-        else:
-            if not self_attention:
-                key = masking.select(
-                    key, value_mask if key is value else key_mask
-                )
-                value = masking.select(value, value_mask)
-            k, v = self._project_keys(value, key)
-            length, offset = ops.shape(key)[1], None
-        if three_d and cache is not None:
-            check_attention_masks(
-                query, k, query_mask, value_mask, attention_mask, heads
-            )
-        if three_d and attention_mask is not None:
-            if len(attention_mask.shape) == 2:
-                attention_mask = attention_mask[None]  # (1, Tq, Tv)
-        lean = (
-            use_causal_mask
-            and offset is None
-            and attention_mask is None
-            and not self._sliding_window
-            and three_d
-            and (self_attention or query.shape[1] == key.shape[1] is not None)
-            # As Keras's: a subclass that overrides `_compute_attention`
-            # gets the causal mask itself, in the five-argument call.
-            and type(self)._compute_attention
-            is AttentionMixin._compute_attention
-        )
-        masks = (query_mask, value_mask, key_mask, attention_mask)
-        full_mask, rows = self._masks(
-            query, value, length, offset, masks, use_causal_mask, lean
+        full_mask, rows, lean = self._merged_mask(
+            step, k, length, offset, use_causal_mask
         )
         extra = {"use_causal_mask": True} if lean else {}
-        bias = self._total_bias(q, start, length, attention_bias)
+        bias = self._total_bias(q, step.start, length, attention_bias)
         if bias is not None:
             extra["attention_bias"] = bias
         context, scores = self._compute_attention(
@@ -336,15 +351,408 @@ class MultiHeadPositional(
             **extra,
         )  # (B, Tq, H, Dv), (B, H, Tq, Tv) or None
         if lean and scores is not None and rows is not None:
-            scores = masking.zero_rows(scores, rows[:, None])  # (B, H, Tq, Tv)
-        if self._use_gate:
+            scores = masking.zero_rows(scores, rows[:, None])
+        if gate is not None:
             context = ops.multiply(context, gate)
         output = masking.zero_rows(self._output_dense(context), rows)
-        set_output_mask(output, query_mask)
+        set_output_mask(output, step.query_mask)
         result = (output,) if cache is None else (output, cache)
         if return_attention_scores:
             result += (scores,)
         return result[0] if len(result) == 1 else result
+
+    def _resolve_inputs(
+        self, query, value, key, query_mask, masks, cache, index, start
+    ):
+        """Step 1: the inputs cast and checked, each with its mask. In
+        self-attention the value mask defaults to the query mask; a
+        cross-attention memory (a cache with no index) has no inputs."""
+        value_mask, key_mask, attention_mask = masks
+        memory = cache is not None and index is None
+        self_attention = value is None and not memory
+        if value is None:
+            value = query
+            if value_mask is None and cache is None:
+                value_mask = query_mask
+        if key is None:
+            key = value
+            if self_attention:
+                key_mask = None
+        check_key_value(value.shape, key.shape)
+        arguments.check_cache_arguments(query, cache, index, start)
+        dtype = self.compute_dtype
+        query, value, key = (ops.cast(t, dtype) for t in (query, value, key))
+        arguments.check_inputs(
+            self, query, *((None, None) if memory else (value, key))
+        )
+        three_d = len(query.shape) == 3
+        if three_d and cache is None:
+            check_attention_masks(
+                query,
+                key,
+                query_mask,
+                value_mask,
+                attention_mask,
+                self.num_heads,
+            )
+        if start is None:
+            start = 0 if index is None else index
+        return types.SimpleNamespace(  # the call's resolved inputs
+            query=query,
+            value=value,
+            key=key,
+            query_mask=query_mask,
+            value_mask=value_mask,
+            key_mask=key_mask,
+            attention_mask=attention_mask,
+            self_attention=self_attention,
+            start=start,
+            three_d=three_d,
+            cached=cache is not None,
+        )
+
+    def _queries(self, step):
+        """Step 2a: the projected queries `(B, Tq, H, K)` (padding selected
+        out, positioned) and the gate's values (`None` without a gate)."""
+        query = masking.select(step.query, step.query_mask)
+        query = self._add_positions(query, "query", step.start)
+        gate = self._gate_dense(query) if self._use_gate else None
+        return self._rotate(self._query_dense(query), step.start), gate
+
+    def _keys_and_values(self, step, cache, index):
+        """Step 2b: `(k, v, cache, length, offset)`: projected keys and
+        values `(B, Tv, H_kv, K)` with padding selected out by the value
+        (or key) mask alone, from the inputs or through the cache; the
+        new cache (`None` without one); the number of keys; the first
+        query step's index in a self-attention cache (else `None`)."""
+        value, key = step.value, step.key
+        if step.self_attention:
+            value = key = masking.select(value, self._new_steps_mask(step))
+        elif cache is None:
+            key_mask = step.value_mask if key is value else step.key_mask
+            key = masking.select(key, key_mask)
+            value = masking.select(value, step.value_mask)
+        if cache is None:
+            k, v = self._project_keys(value, key)
+            return k, v, None, ops.shape(key)[1], None
+        self._check_cacheable()
+        cache = ops.cast(cache, self.compute_dtype)
+        length = ops.shape(cache)[2]
+        step.key_mask = None
+        if index is None:  # cross-attention over a precomputed memory
+            return cache[:, 0], cache[:, 1], cache, length, None
+        k_new, v_new = self._project_keys(value, key, step.start)
+        at = (0, index, 0, 0)
+        k = ops.slice_update(cache[:, 0], at, k_new)  # (B, T, H, K)
+        v = ops.slice_update(cache[:, 1], at, v_new)
+        if step.self_attention and step.value_mask is None:
+            if step.query_mask is not None:  # keys written so far: valid
+                step.value_mask = masking.written_mask(
+                    step.query_mask, length, index
+                )
+        return k, v, ops.stack([k, v], axis=1), length, index
+
+    @staticmethod
+    def _new_steps_mask(step):
+        """In self-attention, the value mask of the query's own steps: the
+        value mask (which covers the cache's keys with a cache, so its
+        slice at the steps' positions), else the query mask."""
+        mask = step.value_mask
+        if mask is None:
+            return step.query_mask
+        steps = ops.shape(step.query)[1]
+        if mask.shape[1] is not None and mask.shape[1] == step.query.shape[1]:
+            return mask
+        return ops.slice(mask, (0, step.start), (ops.shape(mask)[0], steps))
+
+    def _merged_mask(self, step, k, length, offset, use_causal_mask):
+        """Step 3: `(mask, rows, lean)`: every mask merged for
+        `_compute_attention`, the queries with a key (`None` where every
+        query has one or it cannot tell), and whether the lean causal
+        route runs: causality and padding only, no `(Tq, Tv)` mask built,
+        the fused op's `is_causal` with the keys' padding `(B, 1, 1, Tv)`
+        (the memory of long sequences on GPUs)."""
+        query, masks = step.query, (step.query_mask, step.value_mask)
+        if step.three_d and step.cached:  # checked against the cache
+            check_attention_masks(
+                query, k, *masks, step.attention_mask, self.num_heads
+            )
+        if step.three_d and step.attention_mask is not None:
+            if len(step.attention_mask.shape) == 2:  # (Tq, Tv) → (1, Tq, Tv)
+                step.attention_mask = step.attention_mask[None]
+        lean = bool(
+            use_causal_mask
+            and offset is None
+            and step.attention_mask is None
+            and not self._sliding_window
+            and step.three_d
+            and (
+                step.self_attention
+                or query.shape[1] == step.key.shape[1] is not None
+            )
+            # As Keras's: a subclass that overrides `_compute_attention`
+            # gets the causal mask itself, in the five-argument call.
+            and type(self)._compute_attention
+            is MultiHeadPositional._compute_attention
+        )
+        if lean:
+            mask, rows = masking.lean_masks(step.query_mask, step.value_mask)
+            return mask, rows, True
+        if offset is None and not step.three_d:
+            mask = self._compute_attention_mask(
+                query,
+                step.value,
+                query_mask=step.query_mask,
+                value_mask=step.value_mask,
+                key_mask=step.key_mask,
+                attention_mask=step.attention_mask,
+                use_causal_mask=use_causal_mask,
+            )
+        else:
+            mask = masking.full_mask(
+                ops.shape(query)[1],
+                length,
+                step.query_mask,
+                step.value_mask,
+                step.key_mask,
+                step.attention_mask,
+                use_causal_mask,
+                self._sliding_window,
+                offset,
+            )
+        rank = len(query.shape) - 1
+        rows = masking.rows_with_a_key(mask, rank, self._attention_axes)
+        return mask, rows, False
+
+    # -- Positions. ------------------------------------------------------
+
+    def _add_positions(self, x, stream, start_index=0):
+        """`x + p(start_index + i)` along the attention axis."""
+        if self.position not in arguments.ADDED:
+            return x
+        axis, table = self._position_axis, self._stream_positions[stream]
+        if axis == len(x.shape) - 2:
+            return x + table(x, start_index=start_index)
+        moved = ops.moveaxis(x, axis, -2)  # (B, ..., T, D)
+        moved = moved + table(moved, start_index=start_index)
+        return ops.moveaxis(moved, -2, axis)
+
+    def _rotate(self, x, start):
+        """`x` `(B, T, H, K)` rotated at positions `start..start+T-1`."""
+        return x if self.rotary is None else self.rotary(x, start_index=start)
+
+    def score_bias(self, query_positions, key_positions):
+        """A bias for the scores, broadcastable to `(B, H, Tq, Tk)`, or
+        `None`: ALiBi's for `position="alibi"`. Override it for other
+        relative positions (e.g. a learned T5 bucket table built in
+        `build`); `query_positions` `(Tq,)` and `key_positions` `(Tk,)`
+        are the steps' absolute positions (they continue in a cache)."""
+        if self.position != "alibi":
+            return None
+        return AlibiBias.bias(self.num_heads, query_positions, key_positions)
+
+    def _total_bias(self, q, start, length, attention_bias):
+        """`attention_bias` plus `score_bias`'s for queries `q`
+        `(B, Tq, H, K)` from position `start` over `length` keys."""
+        if len(q.shape) != 4:
+            return attention_bias
+        own = self.score_bias(
+            ops.arange(ops.shape(q)[1]) + start, ops.arange(length)
+        )
+        if own is None or attention_bias is None:
+            return own if attention_bias is None else attention_bias
+        return ops.add(attention_bias, own)
+
+    # -- Keys and values, and the cache. -----------------------------------
+
+    def _project_keys(self, value, key, start=0):
+        """Projected keys and values `(B, T, H_kv, K)` of inputs at
+        positions `start..start+T-1`."""
+        k = self._key_dense(self._add_positions(key, "key", start))
+        v = self._value_dense(self._add_positions(value, "value", start))
+        return self._rotate(k, start), v
+
+    def _repeat_heads(self, x):
+        """`(B, T, H_kv, K)` → `(B, T, H, K)`: each key/value head serves
+        `num_heads / num_key_value_heads` query heads in a row."""
+        groups = self.num_heads // self.num_key_value_heads
+        return x if groups == 1 else ops.repeat(x, groups, axis=-2)
+
+    def _check_cacheable(self):
+        if self.value_dim != self.key_dim:
+            raise ValueError(
+                "A key/value cache needs value heads as wide as key heads. "
+                f"Received: key_dim={self.key_dim}, value_dim={self.value_dim}"
+            )
+
+    def compute_cache(self, value, key=None):
+        """Projected keys and values of `value` `(B, Tv, D)` (positions
+        `0..Tv-1`), `(B, 2, Tv, H_kv, key_dim)`: a cross-attention memory,
+        computed once and passed as `cache` (no index) at each step."""
+        self._check_cacheable()
+        key = value if key is None else key
+        dtype = self.compute_dtype
+        k, v = self._project_keys(ops.cast(value, dtype), ops.cast(key, dtype))
+        return ops.stack([k, v], axis=1)
+
+    def empty_cache(self, batch_size, length):
+        """An all-zero self-attention cache `(B, 2, length, H_kv,
+        key_dim)`."""
+        self._check_cacheable()
+        heads = self.num_key_value_heads
+        shape = (batch_size, 2, length, heads, self.key_dim)
+        return ops.zeros(shape, self.compute_dtype)
+
+    # -- Attention. --------------------------------------------------------
+
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        use_causal_mask=False,
+        attention_bias=None,
+    ):
+        """Attention (`_attend`), then `g` on the heads' outputs. `key`
+        and `value` have `num_heads` heads (grouped ones repeated by
+        `_repeat_heads`), as in Keras's `GroupedQueryAttention`."""
+        if self._flash_attention and return_attention_scores:
+            raise ValueError(
+                "Returning attention scores needs flash attention off. "
+                "Received: flash_attention=True, return_attention_scores=True"
+            )
+        # JAX's fused op needs value heads as wide as key heads (Keras 3.15
+        # MultiHeadAttention fails there): take the explicit path.
+        explicit = return_attention_scores or (
+            self.value_dim != self.key_dim
+            and keras.backend.backend() == "jax"
+            and not self._flash_attention
+        )
+        context, scores = self._attend(
+            query,
+            key,
+            value,
+            attention_mask,
+            attention_bias,
+            training,
+            explicit,
+            use_causal_mask,
+        )
+        context = masking.zero_empty_heads(context, attention_mask)
+        return self._g(context), scores if return_attention_scores else None
+
+    def _attend(
+        self, query, key, value, mask, bias, training, explicit, causal
+    ):
+        """Attention, `bias` (if any) added to the scores: the backend's
+        fused op where Keras's `MultiHeadAttention` would use it (with its
+        own causal kernel when `causal` and no bias), else Keras's einsums
+        and masked softmax. Both scale the query before its product with
+        the keys, as Keras's einsum path does: Keras's fused call scales
+        the product, which overflows float16 where the einsums do not."""
+        query = ops.multiply(
+            query, ops.cast(self._inverse_sqrt_key_dim, query.dtype)
+        )
+        fused = not (explicit or self._dropout > 0.0 or len(query.shape) != 4)
+        if causal and not (fused and bias is None):
+            causal_mask = self._compute_causal_mask(query, value)
+            mask = (
+                causal_mask
+                if mask is None
+                else ops.logical_and(ops.cast(mask, "bool"), causal_mask)
+            )
+            causal = False
+        mask = None if mask is None else ops.cast(mask, "bool")
+        if not fused:
+            scores = ops.einsum(self._dot_product_equation, key, query)
+            if bias is not None:
+                scores = scores + ops.cast(bias, scores.dtype)
+            scores = self._masked_softmax(scores, mask)
+            dropped = self._dropout_layer(scores, training=training)
+            return ops.einsum(self._combine_equation, dropped, value), scores
+        while mask is not None and len(mask.shape) < 4:
+            mask = ops.expand_dims(mask, -3)  # (B, Tq, Tk) → (B, 1, Tq, Tk)
+        if bias is not None and mask is not None:
+            # One of them only (PyTorch's rule): the mask into the bias.
+            low = ops.cast(
+                masking.large_negative_number(query.dtype), "float32"
+            )
+            bias = ops.where(mask, ops.cast(bias, "float32"), low)
+            mask = None
+        context = ops.dot_product_attention(
+            query,
+            key,
+            value,
+            bias=None if bias is None else ops.cast(bias, query.dtype),
+            mask=mask,
+            scale=1.0,
+            is_causal=bool(causal),
+            flash_attention=self._flash_attention,
+        )
+        return context, None
+
+    def _masked_softmax(self, attention_scores, attention_mask=None):
+        """Keras's masked softmax, except that masked keys get exactly zero
+        weight and a query with no key gets zeros (not uniform weights)."""
+        if attention_mask is None:
+            return super()._masked_softmax(attention_scores)
+        axis = -len(self._attention_axes) * 2 - 1
+        for _ in range(len(attention_scores.shape) - len(attention_mask.shape)):
+            attention_mask = ops.expand_dims(attention_mask, axis=axis)
+        return masking.masked_softmax_over(
+            attention_scores, attention_mask, len(self._attention_axes)
+        )
+
+    def _g(self, context):
+        """`g` on the heads' outputs `(..., H, Dv)`: per head, or on their
+        concatenation."""
+        if self.feed_forward is None:
+            return context
+        if self.feed_forward == "per_head":
+            return self._ff_2(self._ff_1(context))
+        heads = ops.shape(context)
+        flat = ops.reshape(context, (*heads[:-2], -1))  # (..., H*Dv)
+        return ops.reshape(self._ff_2(self._ff_1(flat)), heads)
+
+    # -- Shapes, sublayers, config. ----------------------------------------
+
+    def compute_output_shape(
+        self, query_shape, value_shape=None, key_shape=None, **kwargs
+    ):
+        if value_shape is not None and key_shape is not None:
+            check_key_value(value_shape, key_shape)
+        tail = self._output_shape or (query_shape[-1],)
+        return (*query_shape[:-1], *tail)
+
+    def compute_output_spec(
+        self, query, value=None, key=None, return_attention_scores=False, **kw
+    ):
+        value = query if value is None else value
+        if key is not None:
+            check_key_value(value.shape, key.shape)
+        return arguments.output_spec(
+            self, query, value, return_attention_scores, kw
+        )
+
+    def _denses(self):
+        names = ("_query_dense", "_key_dense", "_gate_dense", "_value_dense")
+        names += ("_output_dense", "_ff_1", "_ff_2")
+        return [d for d in (getattr(self, n, None) for n in names) if d]
+
+    def enable_lora(self, rank, targets=("query", "value")):
+        """LoRA (Hu et al. 2021) on the projections named in `targets`
+        (`"query"`, `"key"`, `"value"`, `"attention_output"`, `"gate"`,
+        `"feed_forward_1"`, `"feed_forward_2"`); the other weights freeze.
+        KerasHub's default targets are query and value."""
+        _sublayers.enable_lora(self.name, self._denses(), rank, targets)
+
+    def load_own_variables(self, store):
+        _legacy.load_own_variables(
+            self, store, self._denses(), super().load_own_variables
+        )
 
     def get_config(self):
         config = super().get_config()

@@ -166,3 +166,89 @@ def written_mask(query_mask, length, offset):
     keys = ops.ones((batch, length), "int32")
     new = ops.cast(ops.cast(query_mask, "bool"), "int32")
     return ops.cast(ops.slice_update(keys, (0, offset), new), "bool")
+
+
+def full_mask(
+    query_length,
+    value_length,
+    query_mask=None,
+    value_mask=None,
+    key_mask=None,
+    attention_mask=None,
+    use_causal_mask=False,
+    sliding_window=None,
+    offset=None,
+):
+    """Every mask of a `(B, Tq, D)` attention call merged as Keras merges
+    them: `(B|1, Tq, Tv)`, or `(B|1, H, Tq, Tv)` with a per-head
+    `attention_mask`; `None` when nothing is masked. With a self-attention
+    cache (`offset`, the index of the first query step), keys after the
+    written ones are masked, and the causal mask and the sliding window
+    (Keras's band, `|i − j| < sliding_window`) are shifted by `offset`."""
+    start = 0 if offset is None else offset
+    merged = None
+    if use_causal_mask:
+        merged = causal_mask(query_length, value_length, start)[None]
+    if offset is not None:  # the written keys only
+        last = offset + query_length - 1
+        written = causal_mask(1, value_length, last)[None]
+        merged = written if merged is None else merged & written
+    if sliding_window:
+        band = band_mask(query_length, value_length, sliding_window, start)
+        merged = band[None] if merged is None else merged & band
+    padding = merge_masks(
+        query_length, value_length, query_mask=query_mask, value_mask=value_mask
+    )
+    keys = None if key_mask is None else ops.cast(key_mask, "bool")[:, None]
+    for extra in (padding, keys, attention_mask):
+        if extra is None:
+            continue
+        extra = ops.cast(extra, "bool")
+        if merged is not None and len(extra.shape) == 4:
+            merged = merged[:, None]
+        elif merged is not None and len(merged.shape) == 4:
+            extra = extra[:, None]
+        merged = extra if merged is None else ops.logical_and(merged, extra)
+    return merged
+
+
+def rows_with_a_key(mask, rank, attention_axes):
+    """`(B|1, d_1, ..., d_n)` (`rank` axes, the query's without its
+    features): the queries with a key in some head, from a merged mask
+    over `attention_axes`; `None` where it cannot tell."""
+    if mask is None:
+        return None
+    n = len(attention_axes)
+    rows = ops.any(mask, axis=tuple(range(-n, 0)))
+    if len(rows.shape) > rank and len(mask.shape) == 4:
+        rows = ops.any(rows, axis=1)  # per-head masks (3-D inputs)
+    if len(rows.shape) != rank:
+        return None
+    free = [a for a in range(1, rank) if a not in attention_axes]
+    back = [[0, *free, *attention_axes].index(i) for i in range(rank)]
+    if back != list(range(rank)):
+        rows = ops.transpose(rows, back)
+    return rows
+
+
+def zero_empty_heads(context, mask):
+    """`context` `(B, Tq, H, Dv)` with zeros where a per-head mask
+    `(B|1, H, Tq, Tv)` leaves a head's query no key (a fused attention op
+    gives it the values' average there)."""
+    if mask is None or len(mask.shape) != 4 or len(context.shape) != 4:
+        return context
+    alive = ops.any(ops.cast(mask, "bool"), axis=-1)  # (B|1, H, Tq)
+    alive = ops.transpose(alive, (0, 2, 1))[..., None]
+    return ops.where(alive, context, ops.zeros_like(context))
+
+
+def masked_softmax_over(scores, mask, key_axes):
+    """`masked_softmax` over the last `key_axes` axes of `scores` at once
+    (several attention axes), `mask` broadcastable to `scores`."""
+    if key_axes == 1:
+        return masked_softmax(scores, mask)
+    shape = ops.shape(scores)
+    flat = (*shape[:-key_axes], -1)
+    mask = ops.broadcast_to(mask, shape)
+    weights = masked_softmax(ops.reshape(scores, flat), ops.reshape(mask, flat))
+    return ops.reshape(weights, shape)

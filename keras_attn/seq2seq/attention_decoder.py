@@ -189,17 +189,7 @@ class AttentionDecoder(layers.Layer):
             score_bias_init,
         )
         self.mechanisms = mechanism_list(mechanisms, monotonic)
-        if self.mechanisms is not None:
-            self.attention = None  # one `Attention` per memory instead
-        elif monotonic is None:
-            self.attention = Attention(**options)
-        else:
-            self.attention = MonotonicAttention(
-                mode=monotonic,
-                sigmoid_noise=sigmoid_noise,
-                score_bias_init=score_bias_init,
-                **options,
-            )
+        self.attention = self._make_attention(options)
         self.attentional_activation = keras.activations.get(
             attentional_activation
         )
@@ -218,6 +208,20 @@ class AttentionDecoder(layers.Layer):
                 name="attentional",
             )
         self.supports_masking = True
+
+    def _make_attention(self, options):
+        """The attention layer for one memory (`None` with `mechanisms`:
+        one `Attention` per memory instead)."""
+        if self.mechanisms is not None:
+            return None
+        if self.monotonic is None:
+            return Attention(**options)
+        return MonotonicAttention(
+            mode=self.monotonic,
+            sigmoid_noise=self.sigmoid_noise,
+            score_bias_init=self.score_bias_init,
+            **options,
+        )
 
     @property
     def _cell_states(self):
@@ -389,13 +393,47 @@ class AttentionDecoder(layers.Layer):
             valid = ops.transpose(ops.cast(mask, "bool"), (1, 0))
         fast = self.attention_order == "luong" and not self.input_feeding
         fast = fast and self.monotonic is None
-        cell_units = self.cell.output_size
+        size = self.cell.output_size if fast else self.output_size
+        init = (
+            states,
+            ops.zeros((batch, size), self.compute_dtype),
+            each(
+                lambda m: ops.zeros(
+                    (batch, ops.shape(m)[1]), self.compute_dtype
+                ),
+                memory,
+            ),
+        )
+        # One scanned tensor: the step's inputs and its mask as a last
+        # column (TensorFlow's `scan` cannot check two unknown lengths).
+        xs = ops.concatenate(
+            [steps, ops.cast(valid, steps.dtype)[..., None]], axis=-1
+        )  # (T, B, E + 1)
+        one_step = self._scan_step(fast, memory, memory_mask, training)
+        (states, _, _), (_, outs, weights) = ops.scan(one_step, init, xs)
+        if fast:
+            cell_out = ops.transpose(outs, (1, 0, 2))  # (B, T, U)
+            outputs, alignments = self._attend_after(
+                cell_out, memory, memory_mask, mask, training
+            )
+        else:
+            outputs = ops.transpose(outs, (1, 0, 2))  # (B, T, O)
+            alignments = each(
+                lambda w: ops.transpose(w, (1, 0, 2)), weights
+            )  # (B, T, S)
+        return outputs, alignments, list(states)
 
-        def keep(on, new, old):  # padded steps keep the old value
+    def _scan_step(self, fast, memory, memory_mask, training):
+        """The function `ops.scan` runs at each step. Its carry holds the
+        states, the step's output and alignments, so that the scanned
+        outputs have the carry's structure (TensorFlow's `scan` needs
+        that); padded steps keep the old states and output zeros. `fast`:
+        the cell alone (Luong order without input feeding), attention
+        after the loop."""
+
+        def keep(on, new, old):
             return ops.where(on[:, None], new, old)
 
-        # The carry also holds the step's outputs, so that `ys` has the
-        # carry's structure (TensorFlow's `scan` needs that).
         def one_step(carry, x):
             states, _, _ = carry
             x_t, on = x[:, :-1], x[:, -1] > 0.5
@@ -416,45 +454,25 @@ class AttentionDecoder(layers.Layer):
             carry = (states, out, weights)
             return carry, carry
 
-        size = cell_units if fast else self.output_size
-        init = (
-            states,
-            ops.zeros((batch, size), self.compute_dtype),
-            each(
-                lambda m: ops.zeros(
-                    (batch, ops.shape(m)[1]), self.compute_dtype
-                ),
-                memory,
-            ),
+        return one_step
+
+    def _attend_after(self, cell_out, memory, memory_mask, mask, training):
+        """Luong order without input feeding: attention over the whole
+        sequence of cell outputs `(B, T, U)` at once; `(outputs,
+        alignments)`, padded steps zero."""
+        mechanisms = self.mechanisms or [self.attention]
+        memories, masks = memory, memory_mask
+        if self.mechanisms is None:
+            memories, masks = [memory], [memory_mask]
+        context, alignments = attend_sequence(
+            mechanisms, cell_out, memories, masks, mask, training
         )
-        # One scanned tensor: the step's inputs and its mask as a last
-        # column (TensorFlow's `scan` cannot check two unknown lengths).
-        xs = ops.concatenate(
-            [steps, ops.cast(valid, steps.dtype)[..., None]], axis=-1
-        )  # (T, B, E + 1)
-        (states, _, _), (_, outs, weights) = ops.scan(one_step, init, xs)
-        ys = outs if fast else (outs, weights)
-        if fast:
-            cell_out = ops.transpose(ys, (1, 0, 2))  # (B, T, U)
-            mechanisms = self.mechanisms or [self.attention]
-            memories, masks = memory, memory_mask
-            if self.mechanisms is None:
-                memories, masks = [memory], [memory_mask]
-            context, alignments = attend_sequence(
-                mechanisms, cell_out, memories, masks, mask, training
-            )
-            if self.mechanisms is None:
-                alignments = alignments[0]
-            outputs = self._output(context, cell_out)
-            if mask is not None:
-                on = ops.cast(mask, outputs.dtype)[..., None]
-                outputs = outputs * on
-        else:
-            outputs = ops.transpose(ys[0], (1, 0, 2))  # (B, T, O)
-            alignments = each(
-                lambda w: ops.transpose(w, (1, 0, 2)), ys[1]
-            )  # (B, T, S)
-        return outputs, alignments, list(states)
+        if self.mechanisms is None:
+            alignments = alignments[0]
+        outputs = self._output(context, cell_out)
+        if mask is not None:
+            outputs = outputs * ops.cast(mask, outputs.dtype)[..., None]
+        return outputs, alignments
 
     def compute_mask(self, inputs, previous_mask=None):
         # Keras passes the mask of `inputs` (the target side): it masks the

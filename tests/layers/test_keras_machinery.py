@@ -33,6 +33,16 @@ def test_a_keras_file_written_by_0_1_loads_with_the_same_outputs():
     np.testing.assert_allclose(got, data["y"], atol=1e-5)
 
 
+def test_0_3_file_with_rotary_alibi_grouped_heads_loads_the_same():
+    # Written by MultiHeadPositional before it became one class (no
+    # position sublayers then): rotary with grouped heads and g, ALiBi with a
+    # gate and per-head g, a learned table.
+    data = np.load(os.path.join(DATA, "mhp_0.3.npz"))
+    loaded = keras.models.load_model(os.path.join(DATA, "mhp_0.3.keras"))
+    got = loaded.predict(data["x"], verbose=0)
+    np.testing.assert_allclose(got, data["y"], atol=1e-5)
+
+
 def test_projections_are_keras_sublayers_named_like_keras_mha():
     _, layer = model()
     names = [sub.name for sub in layer._denses()]

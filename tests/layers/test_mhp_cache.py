@@ -139,3 +139,29 @@ def test_cache_takes_the_prompt_padding_from_its_keras_mask():
         use_causal_mask=True,
     )
     np.testing.assert_allclose(to_numpy(out), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [2, 7])
+def test_cache_with_a_value_mask_equals_the_full_pass(chunk):
+    # Self-attention with query and value masks that differ: through the
+    # cache, a chunk's keys and values are masked by the value mask at the
+    # chunk's positions (its slice), as in the full pass; never by the
+    # query mask.
+    layer = MultiHeadPositional(num_heads=2, key_dim=4)
+    qm = np.array([[1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1]], bool)
+    vm = np.array([[0, 1, 1, 1, 1, 1, 0], [1, 1, 0, 1, 1, 1, 1]], bool)
+    full = to_numpy(
+        layer(X, query_mask=qm, value_mask=vm, use_causal_mask=True)
+    )
+    cache, outs = layer.empty_cache(2, 7), []
+    for start in range(0, 7, chunk):
+        out, cache = layer(
+            X[:, start : start + chunk],
+            query_mask=qm[:, start : start + chunk],
+            value_mask=vm,
+            cache=cache,
+            cache_update_index=start,
+            use_causal_mask=True,
+        )
+        outs.append(to_numpy(out))
+    np.testing.assert_allclose(np.concatenate(outs, 1), full, atol=1e-5)

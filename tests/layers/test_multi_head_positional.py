@@ -204,6 +204,7 @@ def test_causal_gradient_exactly_zero_with_padding(ff):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_fully_masked_rows_zero_not_nan(dtype):
+    keras.utils.set_random_seed(0)
     layer = keras_attn.MultiHeadPositional(2, 4, dtype=dtype)
     x = x_data() * 100
     vm = np.array([[0] * 6, [1, 1, 0, 0, 0, 0]], bool)
@@ -220,6 +221,23 @@ def test_fully_masked_rows_zero_not_nan(dtype):
         assert np.all(np.isfinite(t)) and np.all(t[0] == 0)
     for g in grads:
         assert np.all(np.isfinite(to_numpy(g, "float32")))
+
+
+@pytest.mark.parametrize("seed", [10, 22, 28, 29])
+def test_float16_fused_path_as_finite_as_the_explicit_one(seed):
+    """Bug: the fused path scaled q·k after the float16 product, which
+    overflowed to NaN outputs where the einsum path (query scaled first)
+    stayed finite. These seeds overflowed in Keras 3.15's
+    `MultiHeadAttention` as well."""
+    keras.utils.set_random_seed(seed)
+    layer = keras_attn.MultiHeadPositional(2, 4, dtype="float16")
+    x = np.random.default_rng(seed).normal(size=(2, 6, 8)) * 100
+    vm = np.array([[0] * 6, [1, 1, 0, 0, 0, 0]], bool)
+    explicit, _ = layer(x, x, value_mask=vm, return_attention_scores=True)
+    fused = to_numpy(layer(x, x, value_mask=vm), "float32")
+    explicit = to_numpy(explicit, "float32")
+    assert np.all(np.isfinite(explicit)) and np.all(np.isfinite(fused))
+    np.testing.assert_allclose(fused, explicit, rtol=1e-2, atol=0.5)
 
 
 def test_implicit_masks_and_self_attention():
