@@ -36,6 +36,7 @@ from keras import ops
 
 import keras_attn
 from keras_attn import export
+from keras_attn.export import edge
 from keras_attn_runtime import LiteRTClassifier
 
 HPARAMS = {
@@ -80,7 +81,12 @@ block was the previous edge model (docs/results.md).
 @keras.saving.register_keras_serializable(package="imdb_edge")
 class HashedBigrams(keras.layers.Layer):
     """Ids of neighbouring word pairs, `(B, T)` int32: `0` at padding, `1`
-    for the last word, `2 … num_bins − 1` for the hashed pairs."""
+    for the last word, `2 … num_bins − 1` for the hashed pairs.
+
+    Integer ops that every edge target runs: the remainder by long
+    division (subtract `m · 2^j` where it fits, `j` from high to low)
+    rather than `FLOOR_MOD`, and selections as products with 0/1 rather
+    than `where` on int32, which microcontrollers lack."""
 
     def __init__(self, num_bins, **kwargs):
         super().__init__(**kwargs)
@@ -89,12 +95,24 @@ class HashedBigrams(keras.layers.Layer):
     def call(self, tokens):
         first = ops.cast(tokens, "int32")
         second = ops.pad(first[:, 1:], [[0, 0], [0, 1]])  # the next word
-        ids = ops.mod(first * 7919 + second, self.num_bins - 2) + 2
-        ids = ops.where(second > 0, ids, 1)
-        return ops.where(first > 0, ids, 0)
+        pair = first * 7919 + second  # < 2^31 for ids below 271,000
+        ids = remainder(pair, self.num_bins - 2) + 2
+        has_next = ops.cast(second > 0, "int32")
+        ids = ids * has_next + (1 - has_next)  # 1: the last word
+        return ids * ops.cast(first > 0, "int32")  # 0: padding
 
     def get_config(self):
         return {**super().get_config(), "num_bins": self.num_bins}
+
+
+def remainder(x, m, bits=31):
+    """`x mod m` for int32 `0 ≤ x < 2^bits` by long division: comparisons,
+    products and differences only."""
+    for j in reversed(range(bits)):
+        step = m * 2**j
+        if step < 2**31:
+            x = x - step * ops.cast(x >= step, "int32")
+    return x
 
 
 @keras.saving.register_keras_serializable(package="imdb_edge")
@@ -132,7 +150,12 @@ class ChunkedAttentionPooling(keras.layers.Layer):
         row_mask = chunk_mask = None
         if mask is not None:
             row_mask = ops.reshape(mask, (-1, self.chunk))
-            chunk_mask = ops.any(ops.reshape(mask, (-1, n, self.chunk)), -1)
+            # Whether a chunk has a token: a max, which edge targets run
+            # (not `any`).
+            chunk_mask = ops.reshape(
+                ops.cast(mask, "float32"), (-1, n, self.chunk)
+            )
+            chunk_mask = ops.max(chunk_mask, axis=-1) > 0
         m, a = self.within(rows, mask=row_mask, return_attention_scores=True)
         pooled = ops.reshape(m, (-1, n, self.chunk_hops * d))
         m, top = self.across(
@@ -152,7 +175,7 @@ class ChunkedAttentionPooling(keras.layers.Layer):
 
 def build_model(vocab_size, hp):
     d = hp["embed_dim"]
-    tokens = keras.Input((hp["length"],), dtype="int64", name="tokens")
+    tokens = keras.Input((hp["length"],), dtype="int32", name="tokens")
     mask = keras.ops.not_equal(tokens, 0)  # (B, T), handed on by name
     x = keras.layers.Embedding(vocab_size, d, mask_zero=True)(tokens)
     if hp["bigram_bins"]:
@@ -245,6 +268,7 @@ def measure(text_model, data, hp, folder, split):
     metrics["attention_top8_agreement"] = attention_agreement(
         text_model, paths["int8"], texts
     )
+    metrics["edge_targets"] = edge_targets(paths["int8"], texts)
     here = os.path.dirname(os.path.abspath(__file__))
     shipped = os.path.join(here, "..", "saved_models", "imdb_ssa")
     shipped = os.path.join(shipped, "model_dynamic_int8.tflite")
@@ -290,6 +314,54 @@ def attention_agreement(text_model, int8_path, texts, k=8, batch=500):
         "reviews": len(texts),
         "same_top_k_set": same / len(texts),
         "mean_share_in_common": common / len(texts),
+    }
+
+
+"""
+## Every edge target
+
+The same int8 file on each runtime a device may have: TensorFlow Lite
+Micro (microcontrollers), OpenVINO (Intel CPUs and NPUs; it reads the
+`.tflite` itself), LiteRT's NPU compiler with Intel's plugin (how many
+ops it takes, in how many pieces) and TensorFlow's verdict on LiteRT's
+GPU delegate. Each integer runtime rounds its own way, so agreement is
+measured on the probabilities LiteRT gives, review by review. The
+exported masks, word-pair hashing and "no key" handling use only ops
+that all of them run (`export.edge.TARGETS` lists what each refuses).
+"""
+
+
+def edge_targets(path, texts, micro_reviews=300, openvino_reviews=1000):
+    """TFLM and OpenVINO against LiteRT on the first reviews of `texts`,
+    the NPU compiler's partitions, the GPU analyzer's verdict, the TFLM
+    arena and the op resolver a firmware registers."""
+    clf = LiteRTClassifier(path)
+    n = max(micro_reviews, openvino_reviews)
+    ids = clf.tokenizer(list(texts[:n]))
+    lite = clf.predict_ids(ids)["probability"][:, 0]
+    micro = edge.MicroModel(path)
+    on_micro = micro.run(ids[:micro_reviews])["probability"][:, 0]
+    on_openvino = edge.openvino_run(path, ids[:openvino_reviews])
+    return {
+        "tflm": {
+            **agreement(on_micro, lite),
+            "arena_bytes": micro.arena_bytes(),
+            "op_resolver": edge.micro_op_resolver(path),
+        },
+        "openvino_cpu": agreement(on_openvino["probability"][:, 0], lite),
+        "intel_npu_lnl": edge.npu_partitions(path),
+        "gpu_delegate_compatible": edge.gpu_delegate_compatible(path),
+        "refused_ops": {t: edge.edge_problems(path, t) for t in edge.TARGETS},
+    }
+
+
+def agreement(probs, reference):
+    """How close `probs` are to the first `len(probs)` of `reference`."""
+    reference = reference[: len(probs)]
+    return {
+        "reviews": len(probs),
+        "max_abs_diff": round(float(np.max(np.abs(probs - reference))), 5),
+        "label_agreement": float(np.mean((probs > 0.5) == (reference > 0.5))),
     }
 
 

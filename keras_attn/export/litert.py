@@ -11,6 +11,7 @@ from keras_attn.export.destination import (
     check_destination,
     staged,
 )
+from keras_attn.export.edge import drop_index_wrapping
 from keras_attn.export.unroll import has_rnn, litert_ready, with_dynamic_length
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
@@ -25,6 +26,11 @@ def convert_tflite(
     dynamic_length=False,
 ):
     """Convert a token-id model to LiteRT flatbuffer bytes, builtin ops only.
+
+    Embedding lookups gather the ids as they are, without Keras's
+    negative-index wrapping (`edge.drop_index_wrapping`): token ids are
+    never negative, and microcontrollers cannot run the wrapping's
+    `SELECT`.
 
     Args:
         model: a Keras model with one integer input of static length.
@@ -145,7 +151,7 @@ def _convert(converter, quantize, representative_data, own_lengths=False):
         converter.target_spec.supported_ops = [
             tf.lite.OpsSet.TFLITE_BUILTINS_INT8
         ]
-    return converter.convert()
+    return drop_index_wrapping(converter.convert())
 
 
 def with_metadata(data, entries):

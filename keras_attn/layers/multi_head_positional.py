@@ -576,7 +576,14 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         """`(B, T, H_kv, K)` → `(B, T, H, K)`: each key/value head serves
         `num_heads / num_key_value_heads` query heads in a row."""
         groups = self.num_heads // self.num_key_value_heads
-        return x if groups == 1 else ops.repeat(x, groups, axis=-2)
+        if groups == 1:
+            return x
+        # `ops.repeat(x, groups, axis=-2)` as copies side by side in the
+        # features, then split into heads: the same values, and ops that
+        # TFLM runs (it has no TILE).
+        copies = ops.concatenate([x] * groups, axis=-1)  # (B, T, H_kv, G·K)
+        steps = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
+        return ops.reshape(copies, (-1, steps, self.num_heads, x.shape[-1]))
 
     def _check_cacheable(self):
         if self.value_dim != self.key_dim:

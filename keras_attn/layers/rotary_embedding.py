@@ -76,14 +76,20 @@ class RotaryEmbedding(layers.Layer):
                 f"and positions along axis {self.sequence_axis}. Received: "
                 f"inputs.shape={tuple(inputs.shape)}"
             )
-        # `positional.rotary` wants (..., T, H, K): one head axis after T.
-        x = inputs if axis == rank - 2 else ops.moveaxis(inputs, axis, -2)
-        x = x[..., None, :]  # (..., T, 1, K)
+        # `positional.rotary` wants (..., T, H, K): a head axis is added to
+        # (B, T, K), the positions are moved before the heads otherwise
+        # (4-D at most in the graph: microcontrollers slice no more).
+        if rank == 3:
+            x = inputs[..., None, :]  # (B, T, 1, K)
+        else:
+            x = ops.moveaxis(inputs, axis, -3)
         positions = ops.arange(ops.shape(x)[-3]) + start_index
         turned = positional.rotary(
             x, positions, self.max_wavelength, self.scaling_factor
-        )[..., 0, :]
-        return turned if axis == rank - 2 else ops.moveaxis(turned, -2, axis)
+        )
+        if rank == 3:
+            return turned[..., 0, :]
+        return ops.moveaxis(turned, -3, axis)
 
     def compute_output_shape(self, input_shape):
         return input_shape

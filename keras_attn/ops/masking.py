@@ -112,7 +112,12 @@ def masked_softmax(scores, mask=None, axis=-1):
         # float32's resolution (`Tv · e^-32` ≪ 1 ulp), and the tensor keeps
         # the scores' own range, so a full-integer (int8) model calibrated
         # on it keeps its resolution instead of spending it on `-1e9`.
-        floor = ops.stop_gradient(ops.min(work, axis=axis, keepdims=True))
+        # The minimum as `−max(−x)`, negating by products with −1 (the
+        # same float exactly): NPU compilers run a max and a product,
+        # where some run neither a min nor a negation.
+        flipped = ops.max(ops.multiply(work, -1.0), axis=axis, keepdims=True)
+        lowest = ops.multiply(flipped, -1.0)
+        floor = ops.stop_gradient(lowest)
         work = ops.where(mask, work, floor - MASK_MARGIN)
         weights = ops.softmax(work, axis=axis)
         weights = ops.where(mask, weights, ops.zeros_like(weights))
@@ -120,8 +125,13 @@ def masked_softmax(scores, mask=None, axis=-1):
 
 
 def any_valid(mask, axis=-1):
-    """True where at least one position along `axis` is unmasked."""
-    return ops.any(ops.cast(mask, "bool"), axis=axis)
+    """True where at least one position along `axis` is unmasked.
+
+    A max of the mask as 0/1 floats rather than `ops.any`: the same
+    booleans, and ops that microcontrollers and NPU compilers run
+    (LiteRT's `REDUCE_ANY` is in neither TFLM nor Intel's NPU plugin; an
+    integer max is not in TFLM)."""
+    return ops.max(ops.cast(ops.cast(mask, "bool"), "float32"), axis=axis) > 0
 
 
 def select(x, mask):
@@ -142,7 +152,9 @@ def lean_masks(query_mask, value_mask):
     if value_mask is None:
         return None, query_mask
     keys = ops.cast(value_mask, "bool")
-    rows = ops.cumsum(ops.cast(keys, "int32"), axis=1) > 0  # (B, Tv)
+    # A float cumulative sum (exact for 0/1 below 2^24 keys): TFLM's
+    # CUMSUM has no int32 kernel.
+    rows = ops.cumsum(ops.cast(keys, "float32"), axis=1) > 0  # (B, Tv)
     if query_mask is not None:
         rows = ops.logical_and(rows, ops.cast(query_mask, "bool"))
     return keys[:, None, None, :], rows
@@ -219,9 +231,9 @@ def rows_with_a_key(mask, rank, attention_axes):
     if mask is None:
         return None
     n = len(attention_axes)
-    rows = ops.any(mask, axis=tuple(range(-n, 0)))
+    rows = any_valid(mask, axis=tuple(range(-n, 0)))
     if len(rows.shape) > rank and len(mask.shape) == 4:
-        rows = ops.any(rows, axis=1)  # per-head masks (3-D inputs)
+        rows = any_valid(rows, axis=1)  # per-head masks (3-D inputs)
     if len(rows.shape) != rank:
         return None
     free = [a for a in range(1, rank) if a not in attention_axes]
@@ -237,7 +249,7 @@ def zero_empty_heads(context, mask):
     gives it the values' average there)."""
     if mask is None or len(mask.shape) != 4 or len(context.shape) != 4:
         return context
-    alive = ops.any(ops.cast(mask, "bool"), axis=-1)  # (B|1, H, Tq)
+    alive = any_valid(mask, axis=-1)  # (B|1, H, Tq)
     alive = ops.transpose(alive, (0, 2, 1))[..., None]
     return ops.where(alive, context, ops.zeros_like(context))
 

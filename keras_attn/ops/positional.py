@@ -55,7 +55,9 @@ def rotary(x, positions, max_wavelength=10000.0, scaling_factor=1.0):
     cos, sin = ops.cos(angles), ops.sin(angles)  # (T, 1, K)
     x32 = ops.cast(x, "float32")
     first, second = ops.split(x32, 2, axis=-1)
-    turned = ops.concatenate([-second, first], axis=-1)
+    # −x₂ as a product with −1 (the same floats): NPU compilers that run
+    # no negation run it.
+    turned = ops.concatenate([ops.multiply(second, -1.0), first], axis=-1)
     return ops.cast(x32 * cos + turned * sin, x.dtype)
 
 
