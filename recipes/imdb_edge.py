@@ -428,7 +428,7 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
             model.save(os.path.join(folder, "model.keras"))
             with open(os.path.join(folder, "metrics.json"), "w") as f:
                 json.dump(metrics, f, indent=2)
-            command = "python recipes/imdb_edge.py --out " + out
+            command = "python recipes/imdb_edge.py --out DIR"
             with open(os.path.join(folder, "litert.json"), "w") as f:
                 json.dump(litert_report(metrics, split, command), f, indent=2)
     return metrics

@@ -149,7 +149,7 @@ def main(out=None, limit=None, evaluate_test=True, verbose=2, **overrides):
         check_bounds(metrics)
         print(json.dumps(metrics, indent=2))
         if out:
-            metrics["command"] = "python recipes/imdb_micro.py --out " + out
+            metrics["command"] = "python recipes/imdb_micro.py --out DIR"
             with open(os.path.join(folder, "metrics.json"), "w") as f:
                 json.dump(metrics, f, indent=2)
     return metrics

@@ -1,0 +1,119 @@
+"""Edge targets for real (slow tier): every shipped full-integer file and
+every full-integer row of the export matrix run by TensorFlow Lite Micro,
+OpenVINO and LiteRT's NPU compiler (Intel plugin), and judged by
+TensorFlow's GPU-delegate analyzer. The bounds are issue #43's
+(docs/edge.md has the measured figures)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from keras_attn import export
+from keras_attn.export import edge
+from tests.export.test_export_matrix import BUILDERS, IDS, RNG, T, V
+from tests.paths import ROOT
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("tflite_micro")
+pytest.importorskip("openvino")
+pytest.importorskip("ai_edge_litert.aot.vendors.intel_openvino")
+
+MODELS = os.path.join(ROOT, "saved_models")
+SHIPPED = ["imdb_edge/model_full_int8.tflite", "imdb_micro/model_int8.tflite"]
+STEP = 1 / 256  # the int8 probability's resolution
+
+
+@pytest.fixture(scope="module")
+def reviews():
+    """The first 1,000 test reviews (the offline TFDS copy)."""
+    tfds = pytest.importorskip("tensorflow_datasets")
+    split = tfds.load("imdb_reviews", split="test", batch_size=-1)
+    data = tfds.as_numpy(split)
+    texts = [t.decode() for t in data["text"][:1000]]
+    return texts, data["label"]
+
+
+def litert_probabilities(path, ids):
+    from keras_attn_runtime import LiteRTClassifier
+
+    return LiteRTClassifier(path).predict_ids(ids)["probability"][:, 0]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_full_integer_file_runs_alike_on_every_target(name, reviews):
+    from keras_attn_runtime import LiteRTClassifier
+
+    path = os.path.join(MODELS, name)
+    for target in edge.TARGETS:
+        assert edge.edge_problems(path, target) == [], target
+    ids = LiteRTClassifier(path).tokenizer(reviews[0])
+    lite = litert_probabilities(path, ids)
+    micro = edge.MicroModel(path).run(ids[:300])["probability"][:, 0]
+    assert np.abs(micro - lite[:300]).max() <= 2 * STEP + 1e-6
+    assert np.all((micro > 0.5) == (lite[:300] > 0.5))
+    vino = edge.openvino_run(path, ids)["probability"][:, 0]
+    assert np.mean((vino > 0.5) == (lite > 0.5)) >= 0.99
+    assert np.abs(vino - lite).max() <= 0.05
+    npu = edge.npu_partitions(path)
+    assert npu["partitions"] == 1 and npu["selected"] == npu["total"], npu
+    assert edge.gpu_delegate_compatible(path)
+
+
+def test_micro_model_is_within_its_bounds_through_tflm():
+    from keras_attn_runtime import LiteRTClassifier
+
+    folder = os.path.join(MODELS, "imdb_micro")
+    path = os.path.join(folder, "model_int8.tflite")
+    with open(os.path.join(folder, "metrics.json")) as f:
+        metrics = json.load(f)
+    assert os.path.getsize(path) <= 1 << 20
+    tfds = pytest.importorskip("tensorflow_datasets")
+    data = tfds.as_numpy(tfds.load("imdb_reviews", split="test", batch_size=-1))
+    texts = [t.decode() for t in data["text"]]
+    assert len(texts) == 25_000
+    ids = LiteRTClassifier(path).tokenizer(texts)
+    micro = edge.MicroModel(path)
+    probs = micro.run(ids)["probability"][:, 0]
+    accuracy = float(np.mean((probs > 0.5) == (data["label"] > 0.5)))
+    assert accuracy >= 0.87
+    assert accuracy == metrics["test_accuracy_tflm"]  # the shipped figure
+    assert micro.arena_bytes() <= 256 << 10
+    assert micro.arena_bytes() == metrics["arena_bytes"]
+    tflm = metrics["edge_targets"]["tflm"]
+    assert tflm["op_resolver"] == edge.micro_op_resolver(path)
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_export_matrix_full_integer_rows_run_on_every_target(name, tmp_path):
+    # Each runtime rounds its int8 ops its own way: measured up to 4
+    # output steps apart for TFLM and 19 for OpenVINO (the attention
+    # weights of untrained MultiHeadPositional models), so the bound is
+    # relative to the output's range, as the matrix's own int8 bound.
+    from ai_edge_litert.interpreter import Interpreter
+
+    calibration = RNG.integers(1, V, size=(32, T)).astype("int32")
+    calibration[::2, 6:] = 0
+    data = export.convert_tflite(
+        BUILDERS[name](), quantize="int8", representative_data=calibration
+    )
+    path = str(tmp_path / f"{name}.tflite")
+    with open(path, "wb") as f:
+        f.write(data)
+    for target in edge.TARGETS:
+        assert edge.edge_problems(path, target) == [], target
+    runner = Interpreter(model_path=path).get_signature_runner()
+    (key,) = runner.get_input_details()
+    lite = {}
+    for row in IDS:
+        for out, value in runner(**{key: row[None]}).items():
+            lite.setdefault(out, []).append(value)
+    lite = {k: np.concatenate(v) for k, v in lite.items()}
+    for runs in (edge.MicroModel(path).run(IDS), edge.openvino_run(path, IDS)):
+        for out, want in lite.items():
+            scale = max(float(np.abs(want).max()), 1e-6)
+            assert np.abs(runs[out] - want).max() / scale <= 0.1, out
+    npu = edge.npu_partitions(path)
+    assert npu["partitions"] == 1 and npu["selected"] == npu["total"], npu
+    assert edge.gpu_delegate_compatible(path)
