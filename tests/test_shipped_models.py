@@ -236,8 +236,8 @@ def test_shipped_edge_model_is_full_integer_and_runs_without_tensorflow():
     ops_used = tflite_op_names(path)
     assert ops_used == entry["ops"]
     assert not [o for o in ops_used if "FLEX" in o or "CUSTOM" in o]
-    # Full integer: no op computes in float; only the final DEQUANTIZE
-    # ops turn the int8 outputs into float32 for the caller.
+    # Full integer: no op computes in float; the final DEQUANTIZE ops
+    # turn the int8 outputs into float32 for the caller.
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(path)
@@ -245,14 +245,20 @@ def test_shipped_edge_model_is_full_integer_and_runs_without_tensorflow():
         t["index"]: np.dtype(t["dtype"]).name
         for t in interpreter.get_tensor_details()
     }
+    # The padding mask enters as 0/1 floats converted at once (a `CAST`
+    # from bool and its `QUANTIZE`): conversions, no float arithmetic.
+    conversions = {"DEQUANTIZE", "QUANTIZE", "CAST"}
     float_ops = {
         op["op_name"]
         for op in interpreter._get_ops_details()
-        if op["op_name"] != "DEQUANTIZE"
+        if op["op_name"] not in conversions
         and "float32"
         in [dtypes[i] for i in (*op["inputs"], *op["outputs"]) if i >= 0]
     }
     assert not float_ops, float_ops
+    for op in interpreter._get_ops_details():
+        if op["op_name"] == "CAST":  # bool in, float32 out to a QUANTIZE
+            assert [dtypes[i] for i in op["inputs"]] == ["bool"], op
     clf = LiteRTClassifier(path)
     texts = [r for r, _ in REVIEWS]
     probs = clf.predict(texts)["probability"][:, 0]
