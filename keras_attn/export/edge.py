@@ -272,15 +272,18 @@ class MicroModel:
 
 
 def _c_stdout(function):
-    """What `function` prints to the process's standard output and error
-    (from C as well as from Python; TFLM's `MicroPrintf` writes to the
-    error stream)."""
+    """What `function` prints, from C (to file descriptors 1 and 2; TFLM's
+    `MicroPrintf` writes to the error stream) or from Python (to
+    `sys.stdout`/`sys.stderr`, whatever they are, e.g. captured)."""
+    import contextlib
     import ctypes
+    import io
     import os
     import sys
     import tempfile
 
     libc = ctypes.CDLL(None)
+    python = io.StringIO()
     with tempfile.TemporaryFile(mode="w+b") as log:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -289,16 +292,18 @@ def _c_stdout(function):
         try:
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
-            function()
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
+            with (
+                contextlib.redirect_stdout(python),
+                contextlib.redirect_stderr(python),
+            ):
+                function()
             libc.fflush(None)
         finally:
             for fd, copy in zip((1, 2), saved, strict=True):
                 os.dup2(copy, fd)
                 os.close(copy)
         log.seek(0)
-        return log.read().decode(errors="replace")
+        return log.read().decode(errors="replace") + python.getvalue()
 
 
 # -- OpenVINO and LiteRT's NPU compiler. -------------------------------------

@@ -1,9 +1,13 @@
 """Checks of `MultiHeadPositional`'s arguments, inputs and output specs."""
 
+import types
+
 import keras
+from keras import ops
 
 from keras_attn.validation import (
     axes_argument,
+    check_attention_masks,
     check_batch,
     check_key_value,
     check_rate,
@@ -195,3 +199,53 @@ def output_spec(layer, query, value, return_attention_scores, kwargs):
         )
         result.append(keras.KerasTensor(shape, dtype=layer.compute_dtype))
     return result[0] if len(result) == 1 else tuple(result)
+
+
+def resolve_inputs(
+    layer, query, value, key, query_mask, masks, cache, index, start
+):
+    """`MultiHeadPositional`'s first step: the inputs cast to `layer`'s
+    compute dtype and checked, each with its mask, as a namespace. In
+    self-attention the value mask defaults to the query mask; a
+    cross-attention memory (a cache with no index) has no inputs."""
+    value_mask, key_mask, attention_mask = masks
+    memory = cache is not None and index is None
+    self_attention = value is None and not memory
+    if value is None:
+        value = query
+        if value_mask is None and cache is None:
+            value_mask = query_mask
+    if key is None:
+        key = value
+        if self_attention:
+            key_mask = None
+    check_key_value(value.shape, key.shape)
+    check_cache_arguments(query, cache, index, start)
+    dtype = layer.compute_dtype
+    query, value, key = (ops.cast(t, dtype) for t in (query, value, key))
+    check_inputs(layer, query, *((None, None) if memory else (value, key)))
+    three_d = len(query.shape) == 3
+    if three_d and cache is None:
+        check_attention_masks(
+            query,
+            key,
+            query_mask,
+            value_mask,
+            attention_mask,
+            layer.num_heads,
+        )
+    if start is None:
+        start = 0 if index is None else index
+    return types.SimpleNamespace(  # the call's resolved inputs
+        query=query,
+        value=value,
+        key=key,
+        query_mask=query_mask,
+        value_mask=value_mask,
+        key_mask=key_mask,
+        attention_mask=attention_mask,
+        self_attention=self_attention,
+        start=start,
+        three_d=three_d,
+        cached=cache is not None,
+    )

@@ -1,8 +1,6 @@
 """`MultiHeadPositional`: Keras's `MultiHeadAttention` with positions,
 grouped key/value heads, a feed-forward g and a key/value cache."""
 
-import types
-
 import keras
 from keras import layers, ops
 
@@ -320,7 +318,8 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         start_index=None,
         attention_bias=None,
     ):
-        step = self._resolve_inputs(
+        step = arguments.resolve_inputs(
+            self,
             query,
             value,
             key,
@@ -360,56 +359,6 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         if return_attention_scores:
             result += (scores,)
         return result[0] if len(result) == 1 else result
-
-    def _resolve_inputs(
-        self, query, value, key, query_mask, masks, cache, index, start
-    ):
-        """Step 1: the inputs cast and checked, each with its mask. In
-        self-attention the value mask defaults to the query mask; a
-        cross-attention memory (a cache with no index) has no inputs."""
-        value_mask, key_mask, attention_mask = masks
-        memory = cache is not None and index is None
-        self_attention = value is None and not memory
-        if value is None:
-            value = query
-            if value_mask is None and cache is None:
-                value_mask = query_mask
-        if key is None:
-            key = value
-            if self_attention:
-                key_mask = None
-        check_key_value(value.shape, key.shape)
-        arguments.check_cache_arguments(query, cache, index, start)
-        dtype = self.compute_dtype
-        query, value, key = (ops.cast(t, dtype) for t in (query, value, key))
-        arguments.check_inputs(
-            self, query, *((None, None) if memory else (value, key))
-        )
-        three_d = len(query.shape) == 3
-        if three_d and cache is None:
-            check_attention_masks(
-                query,
-                key,
-                query_mask,
-                value_mask,
-                attention_mask,
-                self.num_heads,
-            )
-        if start is None:
-            start = 0 if index is None else index
-        return types.SimpleNamespace(  # the call's resolved inputs
-            query=query,
-            value=value,
-            key=key,
-            query_mask=query_mask,
-            value_mask=value_mask,
-            key_mask=key_mask,
-            attention_mask=attention_mask,
-            self_attention=self_attention,
-            start=start,
-            three_d=three_d,
-            cached=cache is not None,
-        )
 
     def _queries(self, step):
         """Step 2a: the projected queries `(B, Tq, H, K)` (padding selected
