@@ -344,8 +344,10 @@ def beam_search(
             `None` (all).
         count_end_token: whether the end token counts in `|Y|` from the
             step it is chosen (GNMT's `|Y|` is the output's length, end
-            included). `False` is tfa's `BeamSearchDecoder`: it never
-            counts. Defaults to `True`.
+            included). `False` is tfa's `BeamSearchDecoder`: the end does
+            not count at the step it is chosen, then counts while the
+            finished hypothesis waits in the beam, so one that finishes at
+            the last step is ranked without it. Defaults to `True`.
         coverage_on_finished_only: add the coverage penalty to finished
             hypotheses only, as tfa does; by default every hypothesis is
             ranked with it, as GNMT's formula reads (an unfinished
@@ -406,7 +408,7 @@ def beam_search(
     steps = ops.zeros((3, batch, max_length, k), "float32")  # ids, parents, s
 
     def advance(index, logits, state, alignment, carry):
-        scores, lengths, finished, cov, ids, align, steps = carry
+        scores, lengths, finished, cov, ids, align, steps, _ = carry
         logp = ops.log_softmax(ban(logits, (0, *banned_ids)), axis=-1)
         logp = ops.reshape(logp, (-1, k, vocab))
         logp = ops.where(finished[..., None], pad_only, logp)
@@ -438,6 +440,9 @@ def beam_search(
         scores, lengths = pick(total), pick(new_len)
         was_done = ops.reshape(take(ops.reshape(finished, (-1,))), (-1, k))
         finished = ops.logical_or(was_done, _is_end(token, end_id))
+        if not count_end_token:  # tfa: the end counts from the next step
+            done_now = ops.logical_and(finished, ops.logical_not(was_done))
+            lengths = lengths + ops.cast(done_now, "float32")
         if return_all_beams:
             step = ops.stack(
                 [ops.cast(token, "float32"), ops.cast(beam, "float32"), best]
@@ -453,14 +458,14 @@ def beam_search(
         align = _write(take(align), index, take(w))
         state = keras.tree.map_structure(take, state)
         carry = (scores, lengths, finished, take(new_cov), ids, align, steps)
-        return token, state, carry
+        return token, state, (*carry, best)
 
     tokens, state, carry = advance(
         zero,
         logits,
         state,
         alignment,
-        (scores, lengths, finished, cov, ids, align, steps),
+        (scores, lengths, finished, cov, ids, align, steps, scores),
     )
 
     def cond(index, tokens, state, carry):
@@ -473,12 +478,16 @@ def beam_search(
 
     one = ops.convert_to_tensor(1, dtype="int32")
     _, _, _, carry = ops.while_loop(cond, body, (one, tokens, state, carry))
-    scores, lengths, finished, cov, ids, align, steps = carry
+    scores, lengths, finished, cov, ids, align, steps, last = carry
     final = scores / length_penalty_factor(lengths, length_penalty)
     cover = coverage(cov)  # (B, K)
     if coverage_on_finished_only:
         cover = ops.where(finished, cover, 0.0)
     final = final + cover
+    if not count_end_token:
+        # As tfa: the last step's ranking, where an end chosen at that
+        # step is not counted yet.
+        final = last
     best = ops.cast(_argmax(final), "int32")  # (B,)
     rows = offsets[:, 0] + best
     out = {

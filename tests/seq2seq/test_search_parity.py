@@ -19,8 +19,14 @@ from tests.seq2seq.test_search import (
 )
 
 
-def score(seq, total, alpha, beta, attention, count_end, finished_only):
-    length = len(seq) - (0 if count_end or seq[-1] != END else 1)
+def score(
+    seq, total, alpha, beta, attention, count_end, finished_only, steps=3
+):
+    """GNMT's score; with `count_end=False`, tfa's length: the end token
+    is counted once the hypothesis has waited a step in the beam, so only
+    a hypothesis finished at the last of the `steps` run goes without."""
+    last = seq[-1] == END and len(seq) == steps
+    length = len(seq) - (1 if not count_end and last else 0)
     value = total / ((5.0 + length) / 6.0) ** alpha
     if beta and (seq[-1] == END or not finished_only):
         cov = sum(attention[p] for p in (START, *seq[:-1]))
@@ -302,3 +308,51 @@ def test_the_new_options_compile():
         pytest.skip("PyTorch runs the loop eagerly")
     for e, c in zip(eager, compiled, strict=True):
         np.testing.assert_array_equal(e, ops.convert_to_numpy(c))
+
+
+def test_count_end_token_false_is_tfas_convention_on_its_numbers():
+    """tfa's `BeamSearchDecoder` leaves the end token out of `|Y|` at the
+    step where it is chosen, then counts it while the hypothesis waits in
+    the beam. End and word at 0.5/0.5 first, then end at 0.9 after the
+    word, `α = 1`, two beams, two steps: tfa ranks `[end]` at
+    `log 0.5 / lp(1) = −0.693` above `[word, end]` at
+    `(log 0.5 + log 0.9) / lp(1) = −0.799`."""
+    word = 3
+    p = np.full((5, 5), 1e-9)
+    p[START, END], p[START, word] = 0.5, 0.5
+    p[word, END], p[word, word] = 0.9, 0.1
+    out = search.beam_search(
+        chain(np.log(p)),
+        np.zeros((1, 1), "float32"),
+        START,
+        END,
+        2,
+        beam_width=2,
+        length_penalty=1.0,
+        banned_ids=(1, 4),
+        count_end_token=False,
+        return_all_beams=True,
+    )
+    assert strip(out["ids"][0]) == [END]
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(out["beam_scores"])[0],
+        [np.log(0.5), np.log(0.5) + np.log(0.9)],
+        rtol=1e-4,
+    )
+    # GNMT's own `|Y|` counts the end at once: `[end]` is at
+    # log 0.5 / lp(1) too, `[word, end]` at / lp(2) = 7/6, so it wins.
+    gnmt = search.beam_search(
+        chain(np.log(p)),
+        np.zeros((1, 1), "float32"),
+        START,
+        END,
+        2,
+        beam_width=2,
+        length_penalty=1.0,
+        banned_ids=(1, 4),
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(gnmt["score"])[0],
+        (np.log(0.5) + np.log(0.9)) / (7 / 6),
+        rtol=1e-4,
+    )
