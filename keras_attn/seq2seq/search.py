@@ -320,6 +320,7 @@ def beam_search(
     count_end_token=True,
     coverage_on_finished_only=False,
     return_all_beams=False,
+    output_all_scores=False,
 ):
     """Beam search with the GNMT length and coverage penalties.
 
@@ -355,6 +356,11 @@ def beam_search(
             terms). Defaults to `False`.
         return_all_beams: also return every beam (tfa's
             `BeamSearchDecoderOutput`). Defaults to `False`.
+        output_all_scores: also return `"all_scores"`
+            `(B, max_length, K, V)`: at each step, the penalized score of
+            every continuation of every beam of the step before (tfa's
+            `output_all_scores=True`; the chosen `K` are its top `K`).
+            Steps after the search stopped are zeros. Defaults to `False`.
 
     Returns:
         A dict: the best hypothesis per example, `"ids"` `(B, max_length)`,
@@ -364,7 +370,8 @@ def beam_search(
         (the final beams, best first), and per step `"step_ids"`,
         `"parent_ids"` (the beam each step's hypothesis extends) and
         `"step_scores"` (its penalized score), each `(B, max_length, K)`,
-        from which `gather_tree` rebuilds `beam_ids`.
+        from which `gather_tree` rebuilds `beam_ids`. With
+        `output_all_scores`, also `"all_scores"`.
     """
     _check(start_id, end_id, max_length)
     if not isinstance(beam_width, int) or beam_width < 1:
@@ -406,9 +413,12 @@ def beam_search(
     ids = ops.zeros((batch * k, max_length), "int32")
     align = _alignment_buffer(batch * k, max_length, alignment)
     steps = ops.zeros((3, batch, max_length, k), "float32")  # ids, parents, s
+    every = ops.zeros(  # all continuations' scores, when asked
+        (batch, max_length, k, vocab) if output_all_scores else (1, 1, 1, 1)
+    )
 
     def advance(index, logits, state, alignment, carry):
-        scores, lengths, finished, cov, ids, align, steps, _ = carry
+        scores, lengths, finished, cov, ids, align, steps, _, every = carry
         logp = ops.log_softmax(ban(logits, (0, *banned_ids)), axis=-1)
         logp = ops.reshape(logp, (-1, k, vocab))
         logp = ops.where(finished[..., None], pad_only, logp)
@@ -427,6 +437,8 @@ def beam_search(
             )
         ranked = total / length_penalty_factor(new_len, length_penalty) + cover
         best, top = ops.top_k(ops.reshape(ranked, (-1, k * vocab)), k)
+        if output_all_scores:
+            every = _write(every, index, ranked)
         top = ops.cast(top, "int32")  # (B, K)
         beam, token = top // vocab, top % vocab
         flat = ops.reshape(offsets + beam, (-1,))  # (BK,) rows to keep
@@ -458,14 +470,14 @@ def beam_search(
         align = _write(take(align), index, take(w))
         state = keras.tree.map_structure(take, state)
         carry = (scores, lengths, finished, take(new_cov), ids, align, steps)
-        return token, state, (*carry, best)
+        return token, state, (*carry, best, every)
 
     tokens, state, carry = advance(
         zero,
         logits,
         state,
         alignment,
-        (scores, lengths, finished, cov, ids, align, steps, scores),
+        (scores, lengths, finished, cov, ids, align, steps, scores, every),
     )
 
     def cond(index, tokens, state, carry):
@@ -478,7 +490,7 @@ def beam_search(
 
     one = ops.convert_to_tensor(1, dtype="int32")
     _, _, _, carry = ops.while_loop(cond, body, (one, tokens, state, carry))
-    scores, lengths, finished, cov, ids, align, steps, last = carry
+    scores, lengths, finished, cov, ids, align, steps, last, every = carry
     final = scores / length_penalty_factor(lengths, length_penalty)
     cover = coverage(cov)  # (B, K)
     if coverage_on_finished_only:
@@ -505,4 +517,6 @@ def beam_search(
         out["step_ids"] = ops.cast(steps[0], "int32")
         out["parent_ids"] = ops.cast(steps[1], "int32")
         out["step_scores"] = steps[2]
+    if output_all_scores:
+        out["all_scores"] = every
     return out
