@@ -35,7 +35,9 @@ class ScheduledSampling(layers.Layer):
     - `mode="output"` (tfa's `ScheduledOutputTrainingSampler`): `inputs`
       are vectors `(B, T, E)` (e.g. spectrogram frames); the prediction
       is the previous step's `output_layer` output, which must have width
-      `E`.
+      `E`. `auxiliary_inputs` `(B, T, A)`, if given, are concatenated to
+      the step's input either way (the reference's or the prediction),
+      as tfa's `auxiliary_inputs` are: the decoder reads `E + A` features.
 
     Outside training (`training=False`: evaluation, prediction) the layer
     is plain teacher forcing, whatever `p`. `p` is a non-trainable
@@ -61,6 +63,8 @@ class ScheduledSampling(layers.Layer):
         inputs_mask: optional boolean `(B, T)`: padded steps keep the
             states and give zero outputs. For ids, defaults to
             `inputs != 0`.
+        auxiliary_inputs: optional `(B, T, A)`, `mode="output"` only:
+            features read at each step beside the input, never predicted.
         training: whether to sample.
 
     Returns:
@@ -139,7 +143,14 @@ class ScheduledSampling(layers.Layer):
     def sampling_probability(self, value):
         self._probability.assign(_probability(value))
 
-    def build(self, inputs_shape, memory_shape, *args, **kwargs):
+    def build(
+        self,
+        inputs_shape,
+        memory_shape,
+        *args,
+        auxiliary_inputs_shape=None,
+        **kwargs,
+    ):
         steps = tuple(inputs_shape[:2])
         if self.mode == "embedding":
             if not self.embedding.built:
@@ -147,9 +158,12 @@ class ScheduledSampling(layers.Layer):
             width = self.embedding.compute_output_shape(steps)[-1]
         else:
             width = inputs_shape[-1]
+        extra = (
+            0 if auxiliary_inputs_shape is None else auxiliary_inputs_shape[-1]
+        )
         # Sublayers of a deserialized model come built.
         if not self.decoder.built:
-            self.decoder.build((None, None, width), tuple(memory_shape))
+            self.decoder.build((None, None, width + extra), tuple(memory_shape))
         if not self.output_layer.built:
             self.output_layer.build((None, self.decoder.output_size))
         produced = self.output_layer.compute_output_shape(
@@ -175,9 +189,16 @@ class ScheduledSampling(layers.Layer):
         initial_state=None,
         memory_mask=None,
         inputs_mask=None,
+        auxiliary_inputs=None,
         training=None,
     ):
         ids = self.mode == "embedding"
+        if ids and auxiliary_inputs is not None:
+            raise ValueError(
+                'auxiliary_inputs go with mode="output" (tfa\'s '
+                "ScheduledOutputTrainingSampler). Received: mode='embedding', "
+                f"auxiliary_inputs.shape={tuple(auxiliary_inputs.shape)}"
+            )
         if ids:
             inputs = ops.cast(inputs, "int32")
             if inputs_mask is None:
@@ -199,6 +220,11 @@ class ScheduledSampling(layers.Layer):
         reference = ops.cast(inputs, "float32")
         if ids:
             reference = reference[..., None]
+        extra = 0
+        if auxiliary_inputs is not None:
+            extra = auxiliary_inputs.shape[-1]
+            aux = ops.cast(auxiliary_inputs, "float32")
+            reference = ops.concatenate([reference, aux], axis=-1)
         xs = ops.concatenate(
             [
                 reference,
@@ -224,9 +250,14 @@ class ScheduledSampling(layers.Layer):
                     ops.cast(given[:, 0], "int32"),
                 )
                 step_in = self.embedding(token)
-            else:
+            else:  # the prediction or the reference, then the auxiliary
                 token = ops.zeros((batch,), "int32")
-                step_in = ops.where(sample[:, None], previous, given)
+                own = given[:, : given.shape[-1] - extra]
+                step_in = ops.where(sample[:, None], previous, own)
+                if extra:
+                    step_in = ops.concatenate(
+                        [step_in, given[:, given.shape[-1] - extra :]], -1
+                    )
             out, new, align = self.decoder.step(
                 step_in, states, memory, memory_mask, training
             )

@@ -111,6 +111,62 @@ def test_output_mode_feeds_the_previous_output_back():
     np.testing.assert_allclose(out, np.stack(expected, 1), atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "p, training", [(1.0, True), (0.0, True), (1.0, False)]
+)
+def test_output_mode_concatenates_the_auxiliary_inputs(p, training):
+    """tfa's `ScheduledOutputTrainingSampler(auxiliary_inputs=...)`: the
+    step's input is the reference (or, when sampled, the previous output)
+    with that step's auxiliary features after it."""
+    rng = np.random.default_rng(2)
+    frames = rng.normal(size=(2, 4, 4)).astype("float32")
+    aux = rng.normal(size=(2, 4, 3)).astype("float32")
+    memory = rng.normal(size=(2, 6, 7)).astype("float32")
+    layer = make(p, mode="output")
+    out = layer(frames, memory, auxiliary_inputs=aux, training=training)
+    sampled = p == 1.0 and training
+    state, expected, previous = None, [], None
+    for t in range(4):
+        own = frames[:, t] if t == 0 or not sampled else previous
+        x = np.concatenate([own, aux[:, t]], -1)
+        y, state, _ = layer.decoder.step(x, state, memory)
+        previous = np_(layer.output_layer(y))
+        expected.append(previous)
+    np.testing.assert_allclose(
+        np_(out["outputs"]), np.stack(expected, 1), atol=1e-5
+    )
+    assert np.all(np_(out["sampled"])[:, 1:] == sampled)
+
+
+def test_auxiliary_inputs_in_a_model_round_trip(tmp_path):
+    rng = np.random.default_rng(3)
+    frames = rng.normal(size=(2, 4, 4)).astype("float32")
+    aux = rng.normal(size=(2, 4, 3)).astype("float32")
+    memory = rng.normal(size=(2, 6, 7)).astype("float32")
+    f, a, m = (
+        keras.Input((None, 4)),
+        keras.Input((None, 3)),
+        keras.Input((6, 7)),
+    )
+    out = make(0.5, mode="output")(f, m, auxiliary_inputs=a)["outputs"]
+    model = keras.Model([f, a, m], out)
+    model.save(tmp_path / "aux.keras")
+    again = keras.models.load_model(tmp_path / "aux.keras")
+    np.testing.assert_allclose(
+        again.predict([frames, aux, memory], verbose=0),
+        model.predict([frames, aux, memory], verbose=0),
+        atol=1e-6,
+    )
+
+
+def test_auxiliary_inputs_only_in_output_mode():
+    ids, memory = data()
+    with pytest.raises(
+        ValueError, match="auxiliary_inputs.shape=\\(3, 5, 2\\)"
+    ):
+        make(0.5)(ids, memory, auxiliary_inputs=np.ones((3, 5, 2), "float32"))
+
+
 def test_the_probability_is_a_variable_and_round_trips(tmp_path):
     layer = make(0.2)
     ids, memory = data()
