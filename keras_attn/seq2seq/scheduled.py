@@ -210,64 +210,9 @@ class ScheduledSampling(layers.Layer):
         states = self.decoder._states(
             batch, initial_state, ops.shape(memory)[1]
         )
-        p = ops.cast(self._probability, "float32") if training else 0.0
-        coins = keras.random.uniform((batch, steps), seed=self.seed_generator)
-        draws = keras.random.uniform((batch, steps), seed=self.seed_generator)
-        first = ops.arange(steps)[None, :] == 0
-        use = ops.logical_and(coins < p, ops.logical_not(first))  # (B, T)
-        # One scanned tensor (TensorFlow's `scan` cannot check two unknown
-        # lengths): the step's input, its coin, its draw and its mask.
-        reference = ops.cast(inputs, "float32")
-        if ids:
-            reference = reference[..., None]
-        extra = 0
-        if auxiliary_inputs is not None:
-            extra = auxiliary_inputs.shape[-1]
-            aux = ops.cast(auxiliary_inputs, "float32")
-            reference = ops.concatenate([reference, aux], axis=-1)
-        xs = ops.concatenate(
-            [
-                reference,
-                ops.cast(use, "float32")[..., None],
-                draws[..., None],
-                ops.cast(inputs_mask, "float32")[..., None],
-            ],
-            axis=-1,
-        )
-        xs = ops.transpose(xs, (1, 0, 2))  # (T, B, ·)
-
-        def keep(on, new, old):
-            return ops.where(on[:, None], new, old)
-
-        def one_step(carry, x):
-            states, previous, _, _, _ = carry
-            given, sample = x[:, :-3], x[:, -3] > 0.5
-            draw, on = x[:, -2], x[:, -1] > 0.5
-            if ids:
-                token = ops.where(
-                    sample,
-                    self._sample(previous, draw),
-                    ops.cast(given[:, 0], "int32"),
-                )
-                step_in = self.embedding(token)
-            else:  # the prediction or the reference, then the auxiliary
-                token = ops.zeros((batch,), "int32")
-                own = given[:, : given.shape[-1] - extra]
-                step_in = ops.where(sample[:, None], previous, own)
-                if extra:
-                    step_in = ops.concatenate(
-                        [step_in, given[:, given.shape[-1] - extra :]], -1
-                    )
-            out, new, align = self.decoder.step(
-                step_in, states, memory, memory_mask, training
-            )
-            produced = self.output_layer(out)
-            states = [keep(on, n, s) for n, s in zip(new, states, strict=True)]
-            produced = keep(on, produced, ops.zeros_like(produced))
-            align = keep(on, align, ops.zeros_like(align))
-            carry = (states, produced, align, token, sample)
-            return carry, carry
-
+        xs = self._scanned(inputs, inputs_mask, auxiliary_inputs, training)
+        extra = 0 if auxiliary_inputs is None else auxiliary_inputs.shape[-1]
+        one_step = self._scan_step(memory, memory_mask, extra, training)
         width = self.output_layer.compute_output_shape(
             (None, self.decoder.output_size)
         )[-1]
@@ -289,6 +234,74 @@ class ScheduledSampling(layers.Layer):
         if ids:
             result["fed_ids"] = ops.transpose(tokens, (1, 0))
         return result
+
+    def _scanned(self, inputs, inputs_mask, auxiliary_inputs, training):
+        """One tensor `(T, B, ·)` that `ops.scan` walks (TensorFlow's
+        `scan` cannot check two unknown lengths): each step's reference
+        input (then its auxiliary features), whether the prediction is
+        read instead (a coin below `p`, never at the first step), the
+        uniform number its sample is drawn with, and the step's mask."""
+        batch, steps = ops.shape(inputs)[0], ops.shape(inputs)[1]
+        p = ops.cast(self._probability, "float32") if training else 0.0
+        coins = keras.random.uniform((batch, steps), seed=self.seed_generator)
+        draws = keras.random.uniform((batch, steps), seed=self.seed_generator)
+        first = ops.arange(steps)[None, :] == 0
+        use = ops.logical_and(coins < p, ops.logical_not(first))  # (B, T)
+        reference = ops.cast(inputs, "float32")
+        if self.mode == "embedding":
+            reference = reference[..., None]
+        if auxiliary_inputs is not None:
+            aux = ops.cast(auxiliary_inputs, "float32")
+            reference = ops.concatenate([reference, aux], axis=-1)
+        xs = ops.concatenate(
+            [
+                reference,
+                ops.cast(use, "float32")[..., None],
+                draws[..., None],
+                ops.cast(inputs_mask, "float32")[..., None],
+            ],
+            axis=-1,
+        )
+        return ops.transpose(xs, (1, 0, 2))  # (T, B, ·)
+
+    def _scan_step(self, memory, memory_mask, extra, training):
+        """The function `ops.scan` runs at each step: the decoder reads the
+        reference or its own prediction (then `extra` auxiliary features);
+        padded steps keep the states and give zeros."""
+
+        def keep(on, new, old):
+            return ops.where(on[:, None], new, old)
+
+        def one_step(carry, x):
+            states, previous, _, _, _ = carry
+            given, sample = x[:, :-3], x[:, -3] > 0.5
+            draw, on = x[:, -2], x[:, -1] > 0.5
+            if self.mode == "embedding":
+                token = ops.where(
+                    sample,
+                    self._sample(previous, draw),
+                    ops.cast(given[:, 0], "int32"),
+                )
+                step_in = self.embedding(token)
+            else:  # the prediction or the reference, then the auxiliary
+                token = ops.zeros_like(ops.cast(on, "int32"))
+                own = given[:, : given.shape[-1] - extra]
+                step_in = ops.where(sample[:, None], previous, own)
+                if extra:
+                    step_in = ops.concatenate(
+                        [step_in, given[:, given.shape[-1] - extra :]], -1
+                    )
+            out, new, align = self.decoder.step(
+                step_in, states, memory, memory_mask, training
+            )
+            produced = self.output_layer(out)
+            states = [keep(on, n, s) for n, s in zip(new, states, strict=True)]
+            produced = keep(on, produced, ops.zeros_like(produced))
+            align = keep(on, align, ops.zeros_like(align))
+            carry = (states, produced, align, token, sample)
+            return carry, carry
+
+        return one_step
 
     def compute_output_spec(self, inputs, memory, *args, **kwargs):
         batch, steps = inputs.shape[0], inputs.shape[1]
