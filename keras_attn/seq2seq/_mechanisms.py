@@ -93,6 +93,22 @@ def attend_sequence(mechanisms, queries, memories, masks, query_mask, training):
     ]
 
 
+def one_mechanism(options, mechanisms, monotonic, sigmoid_noise, bias_init):
+    """`AttentionDecoder`'s attention layer for one memory, from the
+    `Attention` keyword `options`: monotonic when `monotonic` names a
+    mode; `None` with `mechanisms` (one `Attention` per memory instead)."""
+    if mechanisms is not None:
+        return None
+    if monotonic is None:
+        return Attention(**options)
+    return MonotonicAttention(
+        mode=monotonic,
+        sigmoid_noise=sigmoid_noise,
+        score_bias_init=bias_init,
+        **options,
+    )
+
+
 def mechanism_list(mechanisms, monotonic):
     """`mechanisms` as a list of `Attention` layers (or `None`)."""
     if mechanisms is None:

@@ -3,7 +3,6 @@
 import keras
 from keras import layers, ops
 
-from keras_attn.layers.attention import Attention
 from keras_attn.seq2seq._mechanisms import (
     attend_one,
     attend_sequence,
@@ -11,10 +10,11 @@ from keras_attn.seq2seq._mechanisms import (
     each,
     mechanism_list,
     memory_shapes,
+    one_mechanism,
     output_size,
     output_spec,
 )
-from keras_attn.seq2seq.monotonic import MonotonicAttention, initial_alignment
+from keras_attn.seq2seq.monotonic import initial_alignment
 from keras_attn.validation import clone_initializer
 
 
@@ -189,7 +189,9 @@ class AttentionDecoder(layers.Layer):
             score_bias_init,
         )
         self.mechanisms = mechanism_list(mechanisms, monotonic)
-        self.attention = self._make_attention(options)
+        self.attention = one_mechanism(
+            options, self.mechanisms, monotonic, sigmoid_noise, score_bias_init
+        )
         self.attentional_activation = keras.activations.get(
             attentional_activation
         )
@@ -208,20 +210,6 @@ class AttentionDecoder(layers.Layer):
                 name="attentional",
             )
         self.supports_masking = True
-
-    def _make_attention(self, options):
-        """The attention layer for one memory (`None` with `mechanisms`:
-        one `Attention` per memory instead)."""
-        if self.mechanisms is not None:
-            return None
-        if self.monotonic is None:
-            return Attention(**options)
-        return MonotonicAttention(
-            mode=self.monotonic,
-            sigmoid_noise=self.sigmoid_noise,
-            score_bias_init=self.score_bias_init,
-            **options,
-        )
 
     @property
     def _cell_states(self):

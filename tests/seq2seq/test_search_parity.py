@@ -327,18 +327,21 @@ def test_count_end_token_false_is_tfas_convention_on_its_numbers():
     p = np.full((5, 5), 1e-9)
     p[START, END], p[START, word] = 0.5, 0.5
     p[word, END], p[word, word] = 0.9, 0.1
-    out = search.beam_search(
-        chain(np.log(p)),
-        np.zeros((1, 1), "float32"),
-        START,
-        END,
-        2,
-        beam_width=2,
-        length_penalty=1.0,
-        banned_ids=(1, 4),
-        count_end_token=False,
-        return_all_beams=True,
-    )
+
+    def search_with(**convention):
+        return search.beam_search(
+            chain(np.log(p)),
+            np.zeros((1, 1), "float32"),
+            START,
+            END,
+            2,
+            beam_width=2,
+            length_penalty=1.0,
+            banned_ids=(1, 4),
+            **convention,
+        )
+
+    out = search_with(count_end_token=False, return_all_beams=True)
     assert strip(out["ids"][0]) == [END]
     np.testing.assert_allclose(
         ops.convert_to_numpy(out["beam_scores"])[0],
@@ -347,16 +350,7 @@ def test_count_end_token_false_is_tfas_convention_on_its_numbers():
     )
     # GNMT's own `|Y|` counts the end at once: `[end]` is at
     # log 0.5 / lp(1) too, `[word, end]` at / lp(2) = 7/6, so it wins.
-    gnmt = search.beam_search(
-        chain(np.log(p)),
-        np.zeros((1, 1), "float32"),
-        START,
-        END,
-        2,
-        beam_width=2,
-        length_penalty=1.0,
-        banned_ids=(1, 4),
-    )
+    gnmt = search_with()
     np.testing.assert_allclose(
         ops.convert_to_numpy(gnmt["score"])[0],
         (np.log(0.5) + np.log(0.9)) / (7 / 6),
