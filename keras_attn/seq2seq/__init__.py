@@ -1,8 +1,8 @@
 """Sequence-to-sequence on Keras 3: an attention decoder and searches.
 
 Backend-agnostic (`keras.ops`): `AttentionDecoder`, `SequenceLoss`,
-`greedy_search`, `sample_search`, `beam_search`, `contrastive_search`
-and `ensemble` (several
+`greedy_search`, `sample_search`, `beam_search`, `contrastive_search`,
+`multilabel_search` and `ensemble` (several
 models decoding as one). TensorFlow-only serving
 (`Translator`, with SavedModel and LiteRT export) lives in
 `keras_attn.seq2seq.serving`, scoring (`translation_scores`, BLEU and
@@ -21,6 +21,7 @@ from keras_attn.seq2seq.monotonic import (
     initial_alignment,
     monotonic_attention,
 )
+from keras_attn.seq2seq.multilabel import multilabel_search
 from keras_attn.seq2seq.scheduled import ScheduledSampling
 from keras_attn.seq2seq.search import beam_search, greedy_search, sample_search
 from keras_attn.seq2seq.tree import gather_tree
@@ -37,6 +38,7 @@ __all__ = [
     "greedy_search",
     "initial_alignment",
     "monotonic_attention",
+    "multilabel_search",
     "sample_search",
 ]
 
