@@ -498,7 +498,8 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         are the steps' absolute positions (they continue in a cache)."""
         if self.position != "alibi":
             return None
-        return AlibiBias.bias(self.num_heads, query_positions, key_positions)
+        alibi = self.alibi or AlibiBias  # the layer, once built
+        return alibi.bias(self.num_heads, query_positions, key_positions)
 
     def _total_bias(self, q, start, length, attention_bias):
         """`attention_bias` plus `score_bias`'s for queries `q`
