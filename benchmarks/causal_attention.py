@@ -13,6 +13,11 @@ on a CPU.
     KERAS_BACKEND=jax python -m benchmarks.causal_attention \\
         --lengths 512 1024 2048 4096 [--dtype bfloat16] [--reps 5]
 
+`--kv-heads K` compares grouped-query attention instead: 8 query heads of
+64 (width 512) sharing `K` key/value heads, `MultiHeadPositional(8, 64,
+num_key_value_heads=K, position=None)` against
+`keras.layers.GroupQueryAttention(64, 8, K)`.
+
 Prints a Markdown table with the ratios ours / Keras (≤ 1.0 is the goal).
 """
 
@@ -27,22 +32,44 @@ import time
 WIDTH, HEADS = 256, 4
 
 
-def child(layer_name, length, dtype, reps):
+GQA_HEADS, GQA_HEAD_DIM = 8, 64
+
+
+def make_layers(layer_name, kv_heads):
+    """The layer and its input width: multi-head, or grouped-query with
+    `kv_heads` key/value heads."""
     import keras
-    import numpy as np
 
     import keras_attn
 
+    if kv_heads:
+        width = GQA_HEADS * GQA_HEAD_DIM
+        if layer_name == "ours":
+            return keras_attn.MultiHeadPositional(
+                GQA_HEADS,
+                GQA_HEAD_DIM,
+                num_key_value_heads=kv_heads,
+                position=None,
+            ), width
+        return keras.layers.GroupQueryAttention(
+            GQA_HEAD_DIM, GQA_HEADS, kv_heads
+        ), width
+    if layer_name == "ours":
+        return keras_attn.MultiHeadPositional(
+            HEADS, WIDTH // HEADS, position=None, feed_forward=None
+        ), WIDTH
+    return keras.layers.MultiHeadAttention(HEADS, WIDTH // HEADS), WIDTH
+
+
+def child(layer_name, length, dtype, reps, kv_heads=0):
+    import keras
+    import numpy as np
+
     backend = keras.backend.backend()
     keras.config.set_dtype_policy(dtype)
-    if layer_name == "ours":
-        layer = keras_attn.MultiHeadPositional(
-            HEADS, WIDTH // HEADS, position=None, feed_forward=None
-        )
-    else:
-        layer = keras.layers.MultiHeadAttention(HEADS, WIDTH // HEADS)
+    layer, width = make_layers(layer_name, kv_heads)
     x = keras.ops.convert_to_tensor(
-        np.random.default_rng(0).normal(size=(1, length, WIDTH)), dtype
+        np.random.default_rng(0).normal(size=(1, length, width)), dtype
     )
     if layer_name == "ours":
         layer(x, use_causal_mask=True)
@@ -165,6 +192,12 @@ def main():
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument(
+        "--kv-heads",
+        type=int,
+        default=0,
+        help="grouped-query: key/value heads (against GroupQueryAttention)",
+    )
+    parser.add_argument(
         "--compare-hlo",
         type=int,
         metavar="LENGTH",
@@ -175,7 +208,13 @@ def main():
     )
     args = parser.parse_args()
     if args.child:
-        return child(args.child[0], int(args.child[1]), args.dtype, args.reps)
+        return child(
+            args.child[0],
+            int(args.child[1]),
+            args.dtype,
+            args.reps,
+            args.kv_heads,
+        )
     if args.compare_hlo:
         return compare_hlo(args.compare_hlo)
     rows = []
@@ -194,6 +233,8 @@ def main():
                     args.dtype,
                     "--reps",
                     str(args.reps),
+                    "--kv-heads",
+                    str(args.kv_heads),
                 ],
                 capture_output=True,
                 text=True,
@@ -234,11 +275,13 @@ def main():
         device=device,
         dtype=args.dtype,
         batch=1,
-        width=WIDTH,
-        heads=HEADS,
+        width=GQA_HEADS * GQA_HEAD_DIM if args.kv_heads else WIDTH,
+        heads=GQA_HEADS if args.kv_heads else HEADS,
+        **({"kv_heads": args.kv_heads} if args.kv_heads else {}),
     )
     record["command"] = f"KERAS_BACKEND={backend} " + record["command"]
-    name = f"causal_attention_{backend}.json"
+    kind = f"_gqa{args.kv_heads}" if args.kv_heads else ""
+    name = f"causal_attention{kind}_{backend}.json"
     out = args.out or os.path.join(results.RESULTS, name)
     print("wrote", results.save(out, record, table))
 
