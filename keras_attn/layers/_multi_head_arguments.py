@@ -13,6 +13,7 @@ from keras_attn.validation import (
     check_rate,
     output_shape_argument,
     positive_int,
+    positive_number,
     set_output_mask,
 )
 
@@ -56,17 +57,8 @@ def check_arguments(
             "Rotary positions turn pairs of features: key_dim must be "
             f"even. Received: key_dim={key_dim}"
         )
-    for name, value in (
-        ("max_wavelength", max_wavelength),
-        ("scaling_factor", scaling_factor),
-    ):
-        if isinstance(value, bool) or not (
-            isinstance(value, (int, float)) and value > 0
-        ):
-            raise ValueError(
-                f"Expected {name} to be a positive number. "
-                f"Received: {name}={value!r}"
-            )
+    positive_number("max_wavelength", max_wavelength)
+    positive_number("scaling_factor", scaling_factor)
     for name, value, allowed in (
         ("position", position, POSITIONS),
         ("feed_forward", feed_forward, FEED_FORWARDS),
