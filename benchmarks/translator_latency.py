@@ -3,12 +3,14 @@ search inside the file, one call per sentence, interleaved sentence by
 sentence, on one thread (and LiteRT's default threads).
 
     python -m benchmarks.translator_latency BEAM.tflite GREEDY.tflite \
-        --sentences FILE [--limit 500] [--out RESULT.json]
+        --sentences FILE [--limit 500] [--names beam greedy] [--out R.json]
 
 `--sentences`: one English sentence per line (for example the held-out
 English side of the translation split). Prints medians and means and,
 with `--out`, writes them as JSON with the command, date, machine and
-versions. Each file is warmed up on the first sentence first.
+versions. Each file is warmed up on the first sentence first. `--names`
+labels the two files (two exports of one search, say, before and after a
+change).
 """
 
 import argparse
@@ -52,13 +54,22 @@ def main(argv=None):
     p.add_argument("--sentences", required=True, help="one per line")
     p.add_argument("--limit", type=int, default=500)
     p.add_argument("--out", help="write the figures as JSON here")
+    p.add_argument(
+        "--names",
+        nargs=2,
+        default=("beam", "greedy"),
+        metavar=("FIRST", "SECOND"),
+        help="labels of the two files (default: beam greedy)",
+    )
     args = p.parse_args(argv)
     with open(args.sentences, encoding="utf-8") as f:
         sentences = [line.strip() for line in f if line.strip()]
     sentences = sentences[: args.limit]
     if not sentences:
         p.error(f"--sentences: no sentence in {args.sentences!r}")
-    paths = {"beam": args.beam, "greedy": args.greedy}
+    if args.names[0] == args.names[1]:
+        p.error(f"--names: two different labels, not {args.names!r}")
+    paths = dict(zip(args.names, (args.beam, args.greedy), strict=True))
     import ai_edge_litert
     import numpy
 
@@ -78,7 +89,7 @@ def main(argv=None):
     }
     for threads in ("one_thread", "default_threads"):
         for name, row in result[threads].items():
-            print(f"{threads:16} {name:6} median {row['median_ms']:7.2f} ms")
+            print(f"{threads:16} {name:8} median {row['median_ms']:7.2f} ms")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

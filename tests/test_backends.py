@@ -31,6 +31,7 @@ LAYER_SUITE = [
     "tests/seq2seq/test_search.py",
     "tests/seq2seq/test_search_parity.py",
     "tests/seq2seq/test_contrastive.py",
+    "tests/seq2seq/test_samplers.py",
     "tests/seq2seq/test_multilabel.py",
     "tests/seq2seq/test_monotonic.py",
     "tests/seq2seq/test_scheduled_sampling.py",

@@ -19,7 +19,7 @@ MODULES = [
     "keras_attn.seq2seq.losses",
     "keras_attn.seq2seq.search",
     "keras_attn.seq2seq.monotonic",
-    "keras_attn.seq2seq.contrastive",
+    "keras_attn.seq2seq.samplers.greedy",
     "keras_attn.seq2seq.scheduled",
     "keras_attn.seq2seq.evaluation",
 ]

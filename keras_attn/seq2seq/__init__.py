@@ -2,8 +2,9 @@
 
 Backend-agnostic (`keras.ops`): `AttentionDecoder`, `SequenceLoss`,
 `greedy_search`, `sample_search`, `beam_search`, `contrastive_search`,
-`multilabel_search` and `ensemble` (several
-models decoding as one). TensorFlow-only serving
+`multilabel_search` (functions over the serializable strategies of
+`keras_attn.seq2seq.samplers`, one loop) and `ensemble` (several models
+decoding as one). TensorFlow-only serving
 (`Translator`, with SavedModel and LiteRT export) lives in
 `keras_attn.seq2seq.serving`, scoring (`translation_scores`, BLEU and
 exact match) in `keras_attn.seq2seq.evaluation`, parallel text
@@ -12,8 +13,8 @@ exact match) in `keras_attn.seq2seq.evaluation`, parallel text
 from here on first use.
 """
 
+from keras_attn.seq2seq import samplers
 from keras_attn.seq2seq.attention_decoder import AttentionDecoder
-from keras_attn.seq2seq.contrastive import contrastive_search
 from keras_attn.seq2seq.ensemble import ensemble
 from keras_attn.seq2seq.losses import SequenceLoss
 from keras_attn.seq2seq.monotonic import (
@@ -21,9 +22,14 @@ from keras_attn.seq2seq.monotonic import (
     initial_alignment,
     monotonic_attention,
 )
-from keras_attn.seq2seq.multilabel import multilabel_search
 from keras_attn.seq2seq.scheduled import ScheduledSampling
-from keras_attn.seq2seq.search import beam_search, greedy_search, sample_search
+from keras_attn.seq2seq.search import (
+    beam_search,
+    contrastive_search,
+    greedy_search,
+    multilabel_search,
+    sample_search,
+)
 from keras_attn.seq2seq.tree import gather_tree
 
 __all__ = [
@@ -40,6 +46,7 @@ __all__ = [
     "monotonic_attention",
     "multilabel_search",
     "sample_search",
+    "samplers",
 ]
 
 

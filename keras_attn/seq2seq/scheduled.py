@@ -5,7 +5,8 @@ tfa's `ScheduledEmbeddingTrainingSampler` and
 import keras
 from keras import layers, ops
 
-from keras_attn.seq2seq.search import ban, inverse_cdf
+from keras_attn.seq2seq.samplers.base import ban
+from keras_attn.seq2seq.samplers.random import inverse_cdf
 
 MODES = ("embedding", "output")
 

@@ -16,7 +16,7 @@ import shutil
 
 import tensorflow as tf
 
-from keras_attn.seq2seq import search, segmenting
+from keras_attn.seq2seq import samplers, segmenting
 from keras_attn_runtime import DETOKENIZERS, artifact
 
 # Joining French output tokens (the runtime's named rules).
@@ -37,8 +37,29 @@ def copy_positions(attention, source, unknown_id=1):
     return tf.argmax(scores, axis=-1, output_type=tf.int32)
 
 
+def _sampler_name(sampler):
+    """The name `samplers.get` knows `sampler`'s class by (else the
+    class name)."""
+    names = {cls: name for name, cls in samplers.NAMES.items()}
+    return names.get(type(sampler), type(sampler).__name__)
+
+
+def _token_sampler(sampler, argument):
+    """`sampler`, if a translator can run it: one that reads the decoder's
+    logits alone (not contrastive search, which needs the decoder's
+    representation, nor multi-label decoding)."""
+    if isinstance(
+        sampler, (samplers.ContrastiveSampler, samplers.MultiLabelSampler)
+    ):
+        raise ValueError(
+            f"A Translator runs greedy, random, top-k, top-p or beam "
+            f"search. Received: {argument}={sampler!r}"
+        )
+    return sampler
+
+
 class Translator(tf.Module):
-    """A SavedModel-ready translator with beam and greedy search in-graph.
+    """A SavedModel-ready translator with its search in-graph.
 
     An `[UNK]` in the output is replaced by a source word (unknown-word
     replacement, Luong et al. 2015): the most attended of the source's own
@@ -63,6 +84,11 @@ class Translator(tf.Module):
         beam_width: beams for `translate`. Defaults to `4`.
         length_penalty: GNMT length penalty `α`. Defaults to `0.6`.
         coverage_penalty: GNMT coverage penalty `β`. Defaults to `0.0`.
+        sampler: the search of `translate`, a `keras_attn.seq2seq.samplers`
+            strategy or anything `samplers.get` takes (`"greedy"`,
+            `"top_k"`, a config dict...). Defaults to `None`: a
+            `BeamSampler` with `beam_width`, `length_penalty` and
+            `coverage_penalty` (which must then keep their defaults).
         start, end, unknown: the target's special tokens. Default to
             `"[start]"`, `"[end]"` and `"[UNK]"`.
         detokenize: `(regex, rewrite)` pairs joining the output tokens.
@@ -74,7 +100,7 @@ class Translator(tf.Module):
             (never cut).
         segment_longer_than: see `segmenter`. Defaults to `8`.
 
-    Signatures (each takes a batch of strings): `translate` (beam search,
+    Signatures (each takes a batch of strings): `translate` (`sampler`,
     also `serving_default`) and `translate_greedy`, returning
     `translation`, `target_tokens`, `source_tokens`, `attention`
     `(B, target, source)` and `source_truncated` (the input had more words
@@ -100,8 +126,19 @@ class Translator(tf.Module):
         detokenize=DETOKENIZE,
         segmenter=None,
         segment_longer_than=8,
+        sampler=None,
     ):
         super().__init__()
+        beam = (beam_width, length_penalty, coverage_penalty)
+        if sampler is None:
+            sampler = samplers.BeamSampler(*beam)
+        elif beam != (4, 0.6, 0.0):
+            raise ValueError(
+                "Pass either sampler or the beam settings (beam_width, "
+                f"length_penalty, coverage_penalty). Received: sampler="
+                f"{sampler!r} and {beam}"
+            )
+        self.sampler = _token_sampler(samplers.get(sampler), "sampler")
         segmenting.check(segmenter, segment_longer_than)
         self.segmenter = segmenter
         self.segment_longer_than = segment_longer_than
@@ -136,9 +173,7 @@ class Translator(tf.Module):
         if standardize is None and self.unknown_id >= 0:
             banned.append(self.unknown_id)
         self.banned = tuple(banned)
-        self.max_length, self.beam_width = max_length, beam_width
-        self.length_penalty = length_penalty
-        self.coverage_penalty = coverage_penalty
+        self.max_length = max_length
         self.detokenize = tuple(detokenize)
         self.target_vocabulary = vocab
         self.vocab = tf.constant(vocab)
@@ -157,31 +192,22 @@ class Translator(tf.Module):
         shape = [None, self.source_length]
         return words.to_tensor("", shape=shape), counts
 
-    def _search(self, text, method):
+    def _decode(self, source, sampler):
+        """`sampler`'s search on the source ids `(B, S)`."""
+        return sampler(
+            self._step_fn,
+            self._encode(source),
+            self.start_id,
+            self.end_id,
+            self.max_length,
+            banned_ids=self.banned,
+            source_mask=source != 0,
+            alignment_length=tf.shape(source)[1],
+        )
+
+    def _search(self, text, sampler):
         source = tf.cast(self.vectorizer(text), "int32")  # (B, S)
-        state = self._encode(source)
-        if method == "beam":
-            out = search.beam_search(
-                self._step_fn,
-                state,
-                self.start_id,
-                self.end_id,
-                self.max_length,
-                self.beam_width,
-                self.length_penalty,
-                self.coverage_penalty,
-                source_mask=source != 0,
-                banned_ids=self.banned,
-            )
-        else:
-            out = search.greedy_search(
-                self._step_fn,
-                state,
-                self.start_id,
-                self.end_id,
-                self.max_length,
-                banned_ids=self.banned,
-            )
+        out = self._decode(source, sampler)
         source_words, counts = self._source_words(text)
         ids, attention = out["ids"], out["alignment"]
         empty = tf.reduce_all(source == 0, axis=1)  # (B,)
@@ -213,14 +239,14 @@ class Translator(tf.Module):
             "source_truncated": truncated,
         }
 
-    def _run(self, text, method):
+    def _run(self, text, sampler):
         if self.segmenter is None:
-            return self._search(text, method)
+            return self._search(text, sampler)
         pieces, rows = segmenting.cut(
             text, self.segmenter, self.segment_longer_than
         )
         return segmenting.join(
-            self._search(pieces, method),
+            self._search(pieces, sampler),
             rows,
             tf.size(text, tf.int64),
             self.source_length,
@@ -228,15 +254,15 @@ class Translator(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def translate(self, text):
-        return self._run(text, "beam")
+        return self._run(text, self.sampler)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def translate_greedy(self, text):
-        return self._run(text, "greedy")
+        return self._run(text, samplers.GreedySampler())
 
     def translate_texts(self, sentences, greedy=False, batch_size=256):
-        """Translate a list of Python strings, `batch_size` at a time, by
-        beam search (or greedy search with `greedy=True`); returns a list
+        """Translate a list of Python strings, `batch_size` at a time, with
+        `translate` (or greedy search with `greedy=True`); returns a list
         of strings."""
         if batch_size < 1:
             raise ValueError(
@@ -401,6 +427,25 @@ class Translator(tf.Module):
         # Version 2: a runtime reading version 1 would ignore `subwords`.
         return {"subwords": {k: config[k] for k in keys}, "version": 2}
 
+    def _litert_sampler(self, search_method):
+        if search_method == "beam":
+            if not isinstance(self.sampler, samplers.BeamSampler):
+                raise ValueError(
+                    "search_method='beam' exports the translator's beam "
+                    f"search; its sampler is {self.sampler!r}. Pass that "
+                    "sampler, or a BeamSampler, as search_method instead. "
+                    f"Received: search_method={search_method!r}"
+                )
+            return self.sampler
+        try:
+            sampler = samplers.get(search_method)
+        except ValueError:
+            raise ValueError(
+                "Expected search_method to be 'greedy', 'beam' or a sampler "
+                f"(samplers.get). Received: search_method={search_method!r}"
+            ) from None
+        return _token_sampler(sampler, "search_method")
+
     def export_tflite(
         self,
         path,
@@ -416,9 +461,9 @@ class Translator(tf.Module):
         and the attention run on no padding. `pad_source=True` reads
         `source_length` tokens, zero-padded, as the SavedModel does: for
         an encoder whose output depends on padding (one that does not
-        mask). `search_method`:
-        `"greedy"` or `"beam"` (this translator's beam search, with its
-        width and GNMT penalties).
+        mask). `search_method`: `"greedy"`, `"beam"` (the translator's
+        `sampler`, a `BeamSampler`) or any sampler `samplers.get` takes:
+        the file runs it as one `WHILE`.
         `quantize`: `"none"`, `"float16"` or `"dynamic"` (int8 weights),
         as in `keras_attn.export.export_signatures_tflite`.
 
@@ -433,11 +478,7 @@ class Translator(tf.Module):
                 "Expected pad_source to be True or False. "
                 f"Received: pad_source={pad_source!r}"
             )
-        if search_method not in ("greedy", "beam"):
-            raise ValueError(
-                "Expected search_method to be 'greedy' or 'beam'. "
-                f"Received: search_method={search_method!r}"
-            )
+        sampler = self._litert_sampler(search_method)
 
         @tf.function(
             input_signature=[
@@ -449,28 +490,7 @@ class Translator(tf.Module):
             ]
         )
         def translate(source):
-            if search_method == "beam":
-                out = search.beam_search(
-                    self._step_fn,
-                    self._encode(source),
-                    self.start_id,
-                    self.end_id,
-                    self.max_length,
-                    self.beam_width,
-                    self.length_penalty,
-                    self.coverage_penalty,
-                    source_mask=source != 0,
-                    banned_ids=self.banned,
-                )
-            else:
-                out = search.greedy_search(
-                    self._step_fn,
-                    self._encode(source),
-                    self.start_id,
-                    self.end_id,
-                    self.max_length,
-                    banned_ids=self.banned,
-                )
+            out = self._decode(source, sampler)
             return {"ids": out["ids"], "alignment": out["alignment"]}
 
         named = [n for n, r in DETOKENIZERS.items() if r == self.detokenize]
@@ -491,7 +511,7 @@ class Translator(tf.Module):
             unknown_id=self.unknown_id,
             copy_unknown=self.standardize is not None,
             detokenizer=named[0],
-            search=search_method,
+            search=_sampler_name(sampler),
             **self._subword_config(),
             segmenter=self.segmenter,
             segment_longer_than=self.segment_longer_than,
