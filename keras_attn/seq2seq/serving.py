@@ -446,6 +446,42 @@ class Translator(tf.Module):
             ) from None
         return _token_sampler(sampler, "search_method")
 
+    def _litert_metadata(self, sampler):
+        """The settings and vocabularies a LiteRT translator file carries
+        for the numpy-only runtime."""
+        named = [n for n, r in DETOKENIZERS.items() if r == self.detokenize]
+        if not named:
+            raise ValueError(
+                "A LiteRT translator names its detokenizer (patterns never "
+                "travel in a model file): give one of the rule sets of "
+                "keras_attn_runtime.DETOKENIZERS. Received: "
+                f"detokenize={self.detokenize!r}"
+            )
+        config = artifact.artifact_config(
+            artifact.TRANSLATOR,
+            standardize=getattr(self.standardize, "__name__", None),
+            source_length=self.source_length,
+            max_length=self.max_length,
+            start_id=self.start_id,
+            end_id=self.end_id,
+            unknown_id=self.unknown_id,
+            copy_unknown=self.standardize is not None,
+            detokenizer=named[0],
+            search=_sampler_name(sampler),
+            **self._subword_config(),
+            segmenter=self.segmenter,
+            segment_longer_than=self.segment_longer_than,
+        )
+        return {
+            artifact.METADATA_CONFIG: json.dumps(config).encode(),
+            artifact.METADATA_SOURCE_VOCABULARY: "\n".join(
+                self.vectorizer.get_vocabulary()
+            ).encode(),
+            artifact.METADATA_TARGET_VOCABULARY: "\n".join(
+                self.target_vocabulary
+            ).encode(),
+        }
+
     def export_tflite(
         self,
         path,
@@ -493,38 +529,7 @@ class Translator(tf.Module):
             out = self._decode(source, sampler)
             return {"ids": out["ids"], "alignment": out["alignment"]}
 
-        named = [n for n, r in DETOKENIZERS.items() if r == self.detokenize]
-        if not named:
-            raise ValueError(
-                "A LiteRT translator names its detokenizer (patterns never "
-                "travel in a model file): give one of the rule sets of "
-                "keras_attn_runtime.DETOKENIZERS. Received: "
-                f"detokenize={self.detokenize!r}"
-            )
-        config = artifact.artifact_config(
-            artifact.TRANSLATOR,
-            standardize=getattr(self.standardize, "__name__", None),
-            source_length=self.source_length,
-            max_length=self.max_length,
-            start_id=self.start_id,
-            end_id=self.end_id,
-            unknown_id=self.unknown_id,
-            copy_unknown=self.standardize is not None,
-            detokenizer=named[0],
-            search=_sampler_name(sampler),
-            **self._subword_config(),
-            segmenter=self.segmenter,
-            segment_longer_than=self.segment_longer_than,
-        )
-        metadata = {
-            artifact.METADATA_CONFIG: json.dumps(config).encode(),
-            artifact.METADATA_SOURCE_VOCABULARY: "\n".join(
-                self.vectorizer.get_vocabulary()
-            ).encode(),
-            artifact.METADATA_TARGET_VOCABULARY: "\n".join(
-                self.target_vocabulary
-            ).encode(),
-        }
+        metadata = self._litert_metadata(sampler)
         return export_signatures_tflite(
             {"translate": translate}, path, overwrite, metadata, quantize
         )
