@@ -56,6 +56,10 @@ HPARAMS = {
     "learning_rate": 1e-3,
     "epochs": 8,
     "calibration": 500,  # training reviews that calibrate the int8 ranges
+    # The largest column norm of the attention kernels: scores within
+    # ±attention_max_norm·√attention_units, so the int8 softmax reads
+    # them in fine steps (0 for no bound).
+    "attention_max_norm": 0.5,
 }
 
 """
@@ -123,15 +127,32 @@ class ChunkedAttentionPooling(keras.layers.Layer):
     and each token's weight `(B, num_hops, T)` (chunk weight times the
     token's mean weight within its chunk)."""
 
-    def __init__(self, chunk, units, chunk_hops, num_hops, penalty, **kwargs):
+    def __init__(
+        self,
+        chunk,
+        units,
+        chunk_hops,
+        num_hops,
+        penalty,
+        kernel_constraint=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.chunk, self.units, self.penalty = chunk, units, penalty
         self.chunk_hops, self.num_hops = chunk_hops, num_hops
-        self.within = keras_attn.StructuredSelfAttention(
-            units, chunk_hops, penalty, name="within_chunks"
-        )
-        self.across = keras_attn.StructuredSelfAttention(
-            units, num_hops, penalty, name="across_chunks"
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.within, self.across = (
+            keras_attn.StructuredSelfAttention(
+                units,
+                hops,
+                penalty,
+                kernel_constraint=self.kernel_constraint,
+                name=name,
+            )
+            for hops, name in (
+                (chunk_hops, "within_chunks"),
+                (num_hops, "across_chunks"),
+            )
         )
 
     def build(self, input_shape):
@@ -171,7 +192,12 @@ class ChunkedAttentionPooling(keras.layers.Layer):
 
     def get_config(self):
         names = ("chunk", "units", "chunk_hops", "num_hops", "penalty")
-        return {**super().get_config(), **{k: getattr(self, k) for k in names}}
+        constraint = keras.constraints.serialize(self.kernel_constraint)
+        return {
+            **super().get_config(),
+            **{k: getattr(self, k) for k in names},
+            "kernel_constraint": constraint,
+        }
 
 
 def build_model(vocab_size, hp):
@@ -192,6 +218,8 @@ def build_model(vocab_size, hp):
             hp["heads"], d // hp["heads"], position=None, dropout=0.1
         )(x, query_mask=mask, value_mask=mask)
         x = keras.layers.LayerNormalization()(keras.layers.Add()([x, h]))
+    bound = hp["attention_max_norm"]
+    constraint = keras.constraints.MaxNorm(bound, axis=0) if bound else None
     if hp["chunk"]:
         m, a = ChunkedAttentionPooling(
             hp["chunk"],
@@ -199,10 +227,14 @@ def build_model(vocab_size, hp):
             hp["chunk_hops"],
             hp["num_hops"],
             hp["penalty"],
+            kernel_constraint=constraint,
         )(x, mask=mask)
     else:
         m, a = keras_attn.StructuredSelfAttention(
-            hp["attention_units"], hp["num_hops"], hp["penalty"]
+            hp["attention_units"],
+            hp["num_hops"],
+            hp["penalty"],
+            kernel_constraint=constraint,
         )(x, mask=mask, return_attention_scores=True)
     x = keras.layers.Dropout(hp["dropout"])(keras.layers.Flatten()(m))
     x = keras.layers.Dense(64, activation="relu")(x)
@@ -218,6 +250,16 @@ ranges on a few hundred training reviews and keeps only int8 builtin ops
 (`TFLITE_BUILTINS_INT8`: the conversion fails rather than fall back to
 float). Both files carry their vocabulary, so `keras-attn predict` and
 `LiteRTClassifier` run them with no TensorFlow.
+
+Int8 runtimes round differently: TFLM's reference kernels, LiteRT's
+optimized ones, OpenVINO and each NPU. Compared tensor by tensor, LiteRT's
+optimized and reference kernels first part at the attention's hidden
+projection (one unit in the last place), and the attention scores carry
+the difference into the softmax. Unbounded, the scores over the chunks
+spanned −56 to 27, so one int8 step of a score was 0.33 in the softmax's
+input. `attention_max_norm` bounds every column of the attention kernels
+(Keras's `MaxNorm` constraint, applied after each training step), so the
+scores stay within ±0.5·√64 = ±4 and an int8 step is a few hundredths.
 """
 
 

@@ -277,3 +277,43 @@ def test_edge_model_reloads_from_keras_file(tmp_path):
             keras.ops.convert_to_numpy(model(tokens)[key]),
             atol=1e-6,
         )
+
+
+@pytest.mark.parametrize("chunk", [4, 0])
+def test_edge_attention_kernels_keep_their_bound_through_training(chunk):
+    """`attention_max_norm`: after training steps every column of both
+    attention kernels has norm at most the bound (the scores entering
+    the int8 softmax stay within ±bound·√units), and the bound survives
+    a `.keras` round trip; 0 leaves the kernels free."""
+    import keras
+
+    tokens = np.random.default_rng(0).integers(1, 50, (16, 12))
+    labels = np.arange(16) % 2
+    for bound in (0.05, 0):
+        model = tiny_edge_model(
+            bigram_bins=97, chunk=chunk, attention_max_norm=bound
+        )
+        kernels = [
+            w
+            for w in model.weights
+            if "attention" in w.path and w.path.endswith("kernel")
+        ]
+        assert len(kernels) == (4 if chunk else 2), [w.path for w in kernels]
+        model.compile(
+            keras.optimizers.SGD(1.0),
+            {"probability": "binary_crossentropy", "attention": None},
+        )
+        model.fit(tokens, {"probability": labels}, epochs=2, verbose=0)
+        norms = [
+            np.linalg.norm(keras.ops.convert_to_numpy(w), axis=0).max()
+            for w in kernels
+        ]
+        if bound:
+            assert max(norms) <= bound + 1e-6, norms
+            config = model.get_config()
+            again = keras.Model.from_config(config)
+            layer = [l for l in again.layers if "attention" in l.name][0]
+            constraint = getattr(layer, "kernel_constraint", None)
+            assert constraint.get_config()["max_value"] == bound
+        else:
+            assert max(norms) > 0.05, norms
