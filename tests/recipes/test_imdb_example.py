@@ -312,7 +312,7 @@ def test_edge_attention_kernels_keep_their_bound_through_training(chunk):
             assert max(norms) <= bound + 1e-6, norms
             config = model.get_config()
             again = keras.Model.from_config(config)
-            layer = [l for l in again.layers if "attention" in l.name][0]
+            layer = [x for x in again.layers if "attention" in x.name][0]
             constraint = getattr(layer, "kernel_constraint", None)
             assert constraint.get_config()["max_value"] == bound
         else:

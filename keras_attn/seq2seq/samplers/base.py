@@ -174,7 +174,9 @@ def same_form(state, spec):
         keras.tree.assert_same_structure(state, spec)
     except (ValueError, TypeError):
         return False
-    pairs = zip(keras.tree.flatten(state), keras.tree.flatten(spec))
+    pairs = zip(
+        keras.tree.flatten(state), keras.tree.flatten(spec), strict=True
+    )
     return all(
         tuple(a.shape) == tuple(b.shape)
         and keras.backend.standardize_dtype(a.dtype) == b.dtype

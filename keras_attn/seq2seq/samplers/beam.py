@@ -174,8 +174,7 @@ class BeamSampler(Sampler):
                 ops.logical_or(finished[..., None], ends), cover, 0
             )
         ranked = (
-            total / length_penalty_factor(new_len, self.length_penalty)
-            + cover
+            total / length_penalty_factor(new_len, self.length_penalty) + cover
         )
         best, top = ops.top_k(ops.reshape(ranked, (-1, k * vocab)), k)
         if self.output_all_scores:
