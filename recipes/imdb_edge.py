@@ -56,10 +56,10 @@ HPARAMS = {
     "learning_rate": 1e-3,
     "epochs": 8,
     "calibration": 500,  # training reviews that calibrate the int8 ranges
-    # The largest column norm of the attention kernels: scores within
-    # ±attention_max_norm·√attention_units, so the int8 softmax reads
-    # them in fine steps (0 for no bound).
-    "attention_max_norm": 0.5,
+    "short_calibration": (),  # and each cut to these word counts
+    # The largest column norm of the attention kernels (0: no bound);
+    # docs/edge.md has what a bound does to the int8 file.
+    "attention_max_norm": 0,
 }
 
 """
@@ -252,19 +252,33 @@ float). Both files carry their vocabulary, so `keras-attn predict` and
 `LiteRTClassifier` run them with no TensorFlow.
 
 Int8 runtimes round differently: TFLM's reference kernels, LiteRT's
-optimized ones, OpenVINO and each NPU. Compared tensor by tensor, LiteRT's
-optimized and reference kernels first part at the attention's hidden
-projection (one unit in the last place), and the attention scores carry
-the difference into the softmax. Unbounded, the scores over the chunks
-spanned −56 to 27, so one int8 step of a score was 0.33 in the softmax's
-input. `attention_max_norm` bounds every column of the attention kernels
-(Keras's `MaxNorm` constraint, applied after each training step), so the
-scores stay within ±0.5·√64 = ±4: the softmax's int8 input step falls to
-0.13 (the rest of its range holds the masked positions, 32 below the
-smallest score). Chosen on validation reviews, it brings OpenVINO 2.5
-times closer to LiteRT; TFLM moves a few steps either way
-(docs/edge.md).
+optimized ones, OpenVINO and each NPU. Compared tensor by tensor, they
+first part at the attention's hidden projection (one unit in the last
+place), and the softmax across chunks amplifies it: its input's int8 step
+is 0.33. Two options act on that, both off by default:
+`attention_max_norm` bounds every column of the attention kernels
+(Keras's `MaxNorm`), which narrows the scores; `short_calibration` adds
+each calibration review cut to a few words, so that the int8 ranges
+cover short reviews. docs/edge.md has what they did: a bound brings
+OpenVINO closer, but spreads the attention, whose int8 output then
+saturates on short reviews unless short ones calibrate it, which widens
+the ranges again.
 """
+
+
+def calibration_texts(data, hp):
+    """The first `calibration` training reviews, and each one cut to its
+    first words (`short_calibration`: the word counts): a short review
+    fills one chunk, which then takes all the attention, so the attention
+    output's int8 range must reach 1 (calibrated on long reviews only, it
+    saturates near 0.07)."""
+    reviews = [t.decode() for t in data["train"][0][: hp["calibration"]]]
+    cut = [
+        " ".join(r.split()[:words])
+        for words in hp["short_calibration"]
+        for r in reviews
+    ]
+    return reviews + cut
 
 
 def litert_accuracy(path, texts, labels):
@@ -296,7 +310,7 @@ def measure(text_model, data, hp, folder, split):
         q: os.path.join(folder, f"model_{name}.tflite")
         for q, name in (("none", "float32"), ("int8", "full_int8"))
     }
-    calibration = [t.decode() for t in data["train"][0][: hp["calibration"]]]
+    calibration = calibration_texts(data, hp)
     for quantize, path in paths.items():
         export.export_text_model(
             text_model,

@@ -89,7 +89,7 @@ def micro_accuracy(path, texts, labels):
 
 
 def export_micro(text_model, data, hp, path):
-    calibration = [t.decode() for t in data["train"][0][: hp["calibration"]]]
+    calibration = imdb_edge.calibration_texts(data, hp)
     export.export_text_model(
         text_model,
         tflite=path,
