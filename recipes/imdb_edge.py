@@ -56,7 +56,6 @@ HPARAMS = {
     "learning_rate": 1e-3,
     "epochs": 8,
     "calibration": 500,  # training reviews that calibrate the int8 ranges
-    "short_calibration": (),  # and each cut to these word counts
     # The largest column norm of the attention kernels (0: no bound);
     # docs/edge.md has what a bound does to the int8 file.
     "attention_max_norm": 0,
@@ -255,30 +254,17 @@ Int8 runtimes round differently: TFLM's reference kernels, LiteRT's
 optimized ones, OpenVINO and each NPU. Compared tensor by tensor, they
 first part at the attention's hidden projection (one unit in the last
 place), and the softmax across chunks amplifies it: its input's int8 step
-is 0.33. Two options act on that, both off by default:
-`attention_max_norm` bounds every column of the attention kernels
-(Keras's `MaxNorm`), which narrows the scores; `short_calibration` adds
-each calibration review cut to a few words, so that the int8 ranges
-cover short reviews. docs/edge.md has what they did: a bound brings
-OpenVINO closer, but spreads the attention, whose int8 output then
-saturates on short reviews unless short ones calibrate it, which widens
-the ranges again.
+is 0.33. `attention_max_norm` (off by default) bounds every column of
+the attention kernels (Keras's `MaxNorm`), which narrows the scores.
+docs/edge.md has what it did: it brings OpenVINO closer, but spreads the
+attention, whose int8 output then saturates on short reviews unless short
+reviews calibrate it too, which widens the ranges again.
 """
 
 
 def calibration_texts(data, hp):
-    """The first `calibration` training reviews, and each one cut to its
-    first words (`short_calibration`: the word counts): a short review
-    fills one chunk, which then takes all the attention, so the attention
-    output's int8 range must reach 1 (calibrated on long reviews only, it
-    saturates near 0.07)."""
-    reviews = [t.decode() for t in data["train"][0][: hp["calibration"]]]
-    cut = [
-        " ".join(r.split()[:words])
-        for words in hp["short_calibration"]
-        for r in reviews
-    ]
-    return reviews + cut
+    """The first `calibration` training reviews."""
+    return [t.decode() for t in data["train"][0][: hp["calibration"]]]
 
 
 def litert_accuracy(path, texts, labels):
