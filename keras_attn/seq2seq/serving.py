@@ -138,7 +138,15 @@ class Translator(tf.Module):
                 f"length_penalty, coverage_penalty). Received: sampler="
                 f"{sampler!r} and {beam}"
             )
-        self.sampler = _token_sampler(samplers.get(sampler), "sampler")
+        try:
+            sampler = samplers.get(sampler)
+        except ValueError:
+            raise ValueError(
+                "Expected sampler to be a sampler, one of "
+                f"{sorted(samplers.NAMES)} or a config dict. "
+                f"Received: sampler={sampler!r}"
+            ) from None
+        self.sampler = _token_sampler(sampler, "sampler")
         segmenting.check(segmenter, segment_longer_than)
         self.segmenter = segmenter
         self.segment_longer_than = segment_longer_than
@@ -444,6 +452,13 @@ class Translator(tf.Module):
                 "Expected search_method to be 'greedy', 'beam' or a sampler "
                 f"(samplers.get). Received: search_method={search_method!r}"
             ) from None
+        if isinstance(sampler, samplers.RandomSampler):
+            raise ValueError(
+                "A LiteRT translator runs greedy or beam search: the random "
+                "samplers' stateless random ops are not LiteRT builtins "
+                "(the SavedModel runs them). "
+                f"Received: search_method={sampler!r}"
+            )
         return _token_sampler(sampler, "search_method")
 
     def _litert_metadata(self, sampler):
@@ -498,8 +513,10 @@ class Translator(tf.Module):
         `source_length` tokens, zero-padded, as the SavedModel does: for
         an encoder whose output depends on padding (one that does not
         mask). `search_method`: `"greedy"`, `"beam"` (the translator's
-        `sampler`, a `BeamSampler`) or any sampler `samplers.get` takes:
-        the file runs it as one `WHILE`.
+        `sampler`, a `BeamSampler`), or a `GreedySampler` or `BeamSampler`
+        in any form `samplers.get` takes: the file runs it as one `WHILE`
+        (the random samplers are refused: LiteRT has no builtin for their
+        stateless random numbers).
         `quantize`: `"none"`, `"float16"` or `"dynamic"` (int8 weights),
         as in `keras_attn.export.export_signatures_tflite`.
 

@@ -511,3 +511,32 @@ def test_segmenter_travels_to_the_saved_model_and_the_litert_file(tmp_path):
     plain = tiny_translator(tiny_model())
     whole = plain.translate(tf.constant(LONG[:1]))["translation"].numpy()
     assert whole[0] != expected[0]
+
+
+def test_translator_takes_a_sampler_and_names_bad_ones(tmp_path):
+    from keras_attn.seq2seq import samplers
+
+    parts = tiny_model()
+    texts = tf.constant(["a b c", "d .", "c c a b"])
+    greedy = tiny_translator(parts, sampler="greedy")
+    reference = tiny_translator(parts)
+    assert (
+        greedy.translate(texts)["translation"].numpy().tolist()
+        == reference.translate_greedy(texts)["translation"].numpy().tolist()
+    )
+    top_k = tiny_translator(
+        parts,
+        sampler={"class_name": "TopKSampler", "config": {"k": 2, "seed": 3}},
+    )
+    first = top_k.translate(texts)["translation"].numpy().tolist()
+    assert top_k.translate(texts)["translation"].numpy().tolist() == first
+    with pytest.raises(ValueError, match="sampler='top-k'"):
+        tiny_translator(parts, sampler="top-k")
+    with pytest.raises(ValueError, match="sampler=ContrastiveSampler"):
+        tiny_translator(parts, sampler=samplers.ContrastiveSampler())
+    with pytest.raises(ValueError, match="beam_width"):
+        tiny_translator(parts, sampler="greedy", beam_width=3)
+    with pytest.raises(ValueError, match="search_method=TopKSampler"):
+        top_k.export_tflite(
+            str(tmp_path / "x.tflite"), search_method=top_k.sampler
+        )
