@@ -267,6 +267,31 @@ class Sampler:
         source_mask=None,
         alignment_length=None,
     ):
+        return self.decode_tokens(
+            step_fn,
+            state,
+            start_id,
+            end_id,
+            max_length,
+            banned_ids,
+            source_mask,
+            alignment_length,
+        )
+
+    def decode_tokens(
+        self,
+        step_fn,
+        state,
+        start_id,
+        end_id,
+        max_length,
+        banned_ids=(),
+        source_mask=None,
+        alignment_length=None,
+        **fields,
+    ):
+        """`__call__`'s work, with `fields` (more `Run` attributes, such as
+        `hidden_fn`) for a strategy whose call takes more arguments."""
         check_ids(start_id, end_id, max_length)
         batch = batch_size(state)
         run = Run(
@@ -276,6 +301,7 @@ class Sampler:
             end_id,
             (0, *banned_ids),
             source_mask,
+            **fields,
         )
         tokens = start_tokens(start_id, batch, self.rows_per_example)
         return self.decode(run, state, tokens, alignment_length)

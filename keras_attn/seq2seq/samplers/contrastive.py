@@ -5,15 +5,11 @@ import keras
 from keras import ops
 
 from keras_attn.seq2seq.samplers.base import (
-    Run,
     Sampler,
     as_alignment,
     ban,
-    batch_size,
-    check_ids,
     is_end,
     repeat_rows,
-    start_tokens,
     write_step,
 )
 
@@ -82,12 +78,17 @@ class ContrastiveSampler(Sampler):
                 "ContrastiveSampler needs hidden_fn(state) -> (B, D), the "
                 f"decoder's representation. Received: hidden_fn={hidden_fn!r}"
             )
-        check_ids(start_id, end_id, max_length)
-        batch = batch_size(state)
-        run = Run(step_fn, batch, max_length, end_id, (0, *banned_ids))
-        run.hidden_fn = hidden_fn
-        tokens = start_tokens(start_id, batch)
-        return self.decode(run, state, tokens, alignment_length)
+        return self.decode_tokens(
+            step_fn,
+            state,
+            start_id,
+            end_id,
+            max_length,
+            banned_ids,
+            source_mask,
+            alignment_length,
+            hidden_fn=hidden_fn,
+        )
 
     def start(self, run, inputs, state, logits, width):
         # The start token's step, before the loop: each step looks one

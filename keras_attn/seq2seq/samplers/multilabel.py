@@ -82,8 +82,7 @@ class MultiLabelSampler(Sampler):
                 "Expected start_inputs of shape (batch, labels). Received: "
                 f"start_inputs.shape={tuple(inputs.shape)}"
             )
-        run = Run(step_fn, batch_size(state), max_length)
-        run.end_fn = end_fn
+        run = Run(step_fn, batch_size(state), max_length, end_fn=end_fn)
         return self.decode(run, state, inputs, alignment_length)
 
     def start(self, run, inputs, state, logits, width):
