@@ -279,41 +279,42 @@ def test_edge_model_reloads_from_keras_file(tmp_path):
         )
 
 
-@pytest.mark.parametrize("chunk", [4, 0])
-def test_edge_attention_kernels_keep_their_bound_through_training(chunk):
-    """`attention_max_norm`: after training steps every column of both
-    attention kernels has norm at most the bound (the scores entering
-    the int8 softmax stay within ±bound·√units), and the bound survives
-    a `.keras` round trip; 0 leaves the kernels free."""
+def test_chunked_pooling_keeps_its_kernel_bound_through_training():
+    """`ChunkedAttentionPooling(kernel_constraint=...)` reaches both
+    attention layers: after training steps every column of the four
+    kernels has norm at most the bound, and the constraint survives a
+    config round trip; without it the kernels leave the bound."""
+    import imdb_edge
     import keras
 
-    tokens = np.random.default_rng(0).integers(1, 50, (16, 12))
-    labels = np.arange(16) % 2
-    for bound in (0.05, 0):
-        model = tiny_edge_model(
-            bigram_bins=97, chunk=chunk, attention_max_norm=bound
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 12, 8)).astype("float32")
+    y = (np.arange(16) % 2).astype("float32")
+    for bound in (0.05, None):
+        keras.utils.set_random_seed(0)
+        constraint = bound and keras.constraints.MaxNorm(bound, axis=0)
+        pooling = imdb_edge.ChunkedAttentionPooling(
+            4, 8, 2, 2, 0.1, kernel_constraint=constraint
         )
-        kernels = [
-            w
-            for w in model.weights
-            if "attention" in w.path and w.path.endswith("kernel")
-        ]
-        assert len(kernels) == (4 if chunk else 2), [w.path for w in kernels]
-        model.compile(
-            keras.optimizers.SGD(1.0),
-            {"probability": "binary_crossentropy", "attention": None},
-        )
-        model.fit(tokens, {"probability": labels}, epochs=2, verbose=0)
+        inputs = keras.Input((12, 8))
+        pooled, _ = pooling(inputs)
+        out = keras.layers.Dense(1)(keras.layers.Flatten()(pooled))
+        model = keras.Model(inputs, out)
+        model.compile(keras.optimizers.SGD(1.0), "mse")
+        model.fit(x, y, epochs=2, verbose=0)
+        kernels = [w for w in pooling.weights if w.path.endswith("kernel")]
+        assert len(kernels) == 4, [w.path for w in kernels]
         norms = [
             np.linalg.norm(keras.ops.convert_to_numpy(w), axis=0).max()
             for w in kernels
         ]
         if bound:
             assert max(norms) <= bound + 1e-6, norms
-            config = model.get_config()
-            again = keras.Model.from_config(config)
-            layer = [x for x in again.layers if "attention" in x.name][0]
-            constraint = getattr(layer, "kernel_constraint", None)
-            assert constraint.get_config()["max_value"] == bound
+            again = imdb_edge.ChunkedAttentionPooling.from_config(
+                pooling.get_config()
+            )
+            for layer in (again.within, again.across):
+                config = layer.kernel_constraint.get_config()
+                assert config["max_value"] == bound
         else:
             assert max(norms) > 0.05, norms
