@@ -200,9 +200,9 @@ class Translator(tf.Module):
         shape = [None, self.source_length]
         return words.to_tensor("", shape=shape), counts
 
-    def _decode(self, source, sampler):
+    def _decode(self, source, sampler, unroll_first_step=False):
         """`sampler`'s search on the source ids `(B, S)`."""
-        return sampler(
+        return sampler.decode_tokens(
             self._step_fn,
             self._encode(source),
             self.start_id,
@@ -211,6 +211,7 @@ class Translator(tf.Module):
             banned_ids=self.banned,
             source_mask=source != 0,
             alignment_length=tf.shape(source)[1],
+            unroll_first_step=unroll_first_step,
         )
 
     def _search(self, text, sampler):
@@ -504,6 +505,7 @@ class Translator(tf.Module):
         quantize="none",
         search_method="greedy",
         pad_source=False,
+        unroll_first_step=True,
     ):
         """LiteRT model whose `translate(source (1, S) int32)` signature
         runs the whole search (a builtin `WHILE`) and returns `ids (1, L)`
@@ -519,6 +521,13 @@ class Translator(tf.Module):
         stateless random numbers).
         `quantize`: `"none"`, `"float16"` or `"dynamic"` (int8 weights),
         as in `keras_attn.export.export_signatures_tflite`.
+        `unroll_first_step=True` (the default) takes the first step
+        before the `WHILE`: its tokens are the start id, a constant, so
+        the converter computes what depends on them alone at conversion
+        time, in float (for the example translator: 0.29 MB more, 3% less
+        time on one thread). `False` runs it in the loop with the others:
+        a smaller file, whose int8 weights (`quantize="dynamic"`) then
+        serve the first step too.
 
         The vocabularies and the settings the numpy-only runtime
         (`keras_attn_runtime.LiteRTTranslator`) needs travel inside the file
@@ -526,11 +535,15 @@ class Translator(tf.Module):
         """
         from keras_attn.export import export_signatures_tflite
 
-        if not isinstance(pad_source, bool):
-            raise ValueError(
-                "Expected pad_source to be True or False. "
-                f"Received: pad_source={pad_source!r}"
-            )
+        for name, value in (
+            ("pad_source", pad_source),
+            ("unroll_first_step", unroll_first_step),
+        ):
+            if not isinstance(value, bool):
+                raise ValueError(
+                    f"Expected {name} to be True or False. "
+                    f"Received: {name}={value!r}"
+                )
         sampler = self._litert_sampler(search_method)
 
         @tf.function(
@@ -543,7 +556,7 @@ class Translator(tf.Module):
             ]
         )
         def translate(source):
-            out = self._decode(source, sampler)
+            out = self._decode(source, sampler, unroll_first_step)
             return {"ids": out["ids"], "alignment": out["alignment"]}
 
         metadata = self._litert_metadata(sampler)

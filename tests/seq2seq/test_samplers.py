@@ -149,8 +149,7 @@ def test_a_new_strategy_overrides_next_token_only():
 def test_the_decoder_runs_inside_the_loop_only():
     """Traced, a search holds the decoder once, inside the `While` body:
     no decoder matrix product outside it (the first token was decoded
-    before the loop, which doubled the decoder's weights in a LiteRT
-    file)."""
+    before the loop by a second copy of the loop's code)."""
     tf = pytest.importorskip("tensorflow")
     if keras.backend.backend() != "tensorflow":
         pytest.skip("reads a TensorFlow graph")
@@ -171,6 +170,57 @@ def test_the_decoder_runs_inside_the_loop_only():
         top = {op.type for op in graph.get_operations()}
         assert "While" in top or "StatelessWhile" in top
         assert not top & {"MatMul", "BatchMatMulV2", "Einsum"}, sampler
+
+
+def test_an_unrolled_first_step_decodes_the_same():
+    """`unroll_first_step=True` (`Translator.export_tflite`'s default,
+    for the converter to fold the start token's work) takes the first
+    step before the loop, and every output is the same."""
+    step = chain(LOGITS, ATTENTION)
+    for sampler in (
+        samplers.GreedySampler(),
+        samplers.BeamSampler(
+            3, 0.4, 0.3, return_all_beams=True, output_all_scores=True
+        ),
+    ):
+        common = (step, STATE, STARTS, END, 6)
+        looped = sampler.decode_tokens(*common)
+        unrolled = sampler.decode_tokens(*common, unroll_first_step=True)
+        assert sorted(looped) == sorted(unrolled)
+        for key, value in looped.items():
+            np.testing.assert_array_equal(
+                ops.convert_to_numpy(unrolled[key]),
+                ops.convert_to_numpy(value),
+                err_msg=f"{sampler} {key}",
+            )
+    tf = pytest.importorskip("tensorflow")
+    if keras.backend.backend() != "tensorflow":
+        return
+    table = RNG.normal(size=(7, 5)).astype("float32")
+    head = RNG.normal(size=(5, 7)).astype("float32")
+
+    def step_fn(tokens, state, index):
+        return ops.matmul(ops.take(table, tokens, axis=0), head), state, None
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32)])
+    def run(state):
+        sampler = samplers.GreedySampler()
+        out = sampler.decode_tokens(step_fn, state, START, END, 4, (), None)
+        return out["ids"]
+
+    # Without the option, test_the_decoder_runs_inside_the_loop_only.
+    top = {op.type for op in run.get_concrete_function().graph.get_operations()}
+    assert "MatMul" not in top
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32)])
+    def unrolled(state):
+        sampler = samplers.GreedySampler()
+        return sampler.decode_tokens(
+            step_fn, state, START, END, 4, unroll_first_step=True
+        )["ids"]
+
+    graph = unrolled.get_concrete_function().graph
+    assert "MatMul" in {op.type for op in graph.get_operations()}
 
 
 def test_a_variable_alignment_length_is_asked_for_by_name():

@@ -201,6 +201,14 @@ def test_litert_translator_reads_the_sentence_own_length(tmp_path):
     assert [lite.translate(t) for t in texts] == own
     with pytest.raises(ValueError, match="pad_source='yes'"):
         translator.export_tflite(padded, overwrite=True, pad_source="yes")
+    # The first step in the WHILE with the others: the same translations.
+    looped = str(tmp_path / "looped.tflite")
+    translator.export_tflite(
+        looped, search_method="beam", unroll_first_step=False
+    )
+    assert [LiteRTTranslator(looped).translate(t) for t in texts] == own
+    with pytest.raises(ValueError, match="unroll_first_step=1"):
+        translator.export_tflite(looped, overwrite=True, unroll_first_step=1)
 
 
 @pytest.mark.slow

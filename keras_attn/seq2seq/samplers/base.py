@@ -199,6 +199,10 @@ class Run:
             `None`.
         hidden_fn: `ContrastiveSampler`'s representation function.
         end_fn: `MultiLabelSampler`'s end test.
+        unroll_first_step: take the first step before the loop, on its
+            known start tokens (a graph converter can then fold what
+            depends on them alone into constants; `Translator.
+            export_tflite` asks for it). The outputs are the same.
     """
 
     step_fn: object
@@ -209,6 +213,7 @@ class Run:
     source_mask: object = None
     hidden_fn: object = None
     end_fn: object = None
+    unroll_first_step: bool = False
 
 
 class Sampler:
@@ -362,10 +367,10 @@ class Sampler:
 
         loop_vars = (ops.convert_to_tensor(0, "int32"), inputs, state)
         loop_vars += ((emitted, aligned, done, carry),)
-        if not same_form(state, state_spec):
-            # A decoder whose state changes form at its first step (an
-            # initial state without the entries the step adds) takes
-            # that step before the loop.
+        if run.unroll_first_step or not same_form(state, state_spec):
+            # Asked for, or a decoder whose state changes form at its
+            # first step (an initial state without the entries the step
+            # adds): that step runs before the loop.
             loop_vars = body(*loop_vars)
         *_, loop = ops.while_loop(cond, body, loop_vars)
         emitted, aligned, done, carry = loop
