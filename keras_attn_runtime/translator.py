@@ -34,7 +34,7 @@ class LiteRTTranslator:
     """Translation with a LiteRT model, NumPy and LiteRT only.
 
     Reads a file written by `keras_attn.seq2seq.Translator.export_tflite`:
-    one `translate` signature runs the whole greedy search (one call per
+    one `translate` signature runs the whole search (one call per
     sentence), and the vocabularies and settings travel inside the file as
     metadata. An `[UNK]` in the output is replaced by the source word the
     attention points at; an input with no words gives `""`.
@@ -45,9 +45,20 @@ class LiteRTTranslator:
         model_path: the `.tflite` file.
         num_threads: LiteRT's CPU threads. Defaults to `None` (LiteRT's
             choice).
+        seed: for a file that samples (exported with a random sampler,
+            whose `uniforms` input takes one number in `[0, 1)` per output
+            token): the seed of NumPy's generator that draws them. Defaults
+            to `None` (fresh entropy).
     """
 
-    def __init__(self, model_path, num_threads=None):
+    def __init__(self, model_path, num_threads=None, seed=None):
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int) or seed < 0
+        ):
+            raise ValueError(
+                "Expected seed to be None or a non-negative integer. "
+                f"Received: seed={seed!r}"
+            )
         data, model = load_verified(model_path)
         self.interpreter = _interpreter(data, model_path, num_threads)
         self._lock = threading.Lock()
@@ -73,8 +84,11 @@ class LiteRTTranslator:
         self.runner = self.interpreter.get_signature_runner("translate")
         # Files written since 0.3 read the sentence's own length; earlier
         # ones a fixed `source_length`, padded with zeros.
-        spec = self.runner.get_input_details()["source"]
-        self.dynamic = int(spec["shape_signature"][-1]) == -1
+        inputs = self.runner.get_input_details()
+        self.dynamic = int(inputs["source"]["shape_signature"][-1]) == -1
+        # A sampling file's random numbers, `(max_length, 1)`.
+        self.uniforms = inputs.get("uniforms", {}).get("shape")
+        self.rng = np.random.default_rng(seed)
         self.index = {t: i for i, t in enumerate(self.source_vocab) if i > 1}
 
     def _read_config(self, config, entries, model_path):
@@ -168,8 +182,12 @@ class LiteRTTranslator:
         words = self.source_words(text, truncate)
         if not words:
             return [], None, words
+        feed = {"source": self.source_ids(words)}
         with self._lock:
-            out = self.runner(source=self.source_ids(words))
+            if self.uniforms is not None:
+                shape = tuple(int(n) for n in self.uniforms)
+                feed["uniforms"] = self.rng.random(shape, dtype="float32")
+            out = self.runner(**feed)
             ids = [int(i) for i in np.asarray(out["ids"])[0]]
             align = np.array(out["alignment"][0], "float32")
         if self.end in ids:

@@ -200,7 +200,7 @@ class Translator(tf.Module):
         shape = [None, self.source_length]
         return words.to_tensor("", shape=shape), counts
 
-    def _decode(self, source, sampler, unroll_first_step=False):
+    def _decode(self, source, sampler, unroll_first_step=False, uniforms=None):
         """`sampler`'s search on the source ids `(B, S)`."""
         return sampler.decode_tokens(
             self._step_fn,
@@ -212,6 +212,7 @@ class Translator(tf.Module):
             source_mask=source != 0,
             alignment_length=tf.shape(source)[1],
             unroll_first_step=unroll_first_step,
+            uniforms=uniforms,
         )
 
     def _search(self, text, sampler):
@@ -453,13 +454,6 @@ class Translator(tf.Module):
                 "Expected search_method to be 'greedy', 'beam' or a sampler "
                 f"(samplers.get). Received: search_method={search_method!r}"
             ) from None
-        if isinstance(sampler, samplers.RandomSampler):
-            raise ValueError(
-                "A LiteRT translator runs greedy or beam search: the random "
-                "samplers' stateless random ops are not LiteRT builtins "
-                "(the SavedModel runs them). "
-                f"Received: search_method={sampler!r}"
-            )
         return _token_sampler(sampler, "search_method")
 
     def _litert_metadata(self, sampler):
@@ -515,10 +509,11 @@ class Translator(tf.Module):
         `source_length` tokens, zero-padded, as the SavedModel does: for
         an encoder whose output depends on padding (one that does not
         mask). `search_method`: `"greedy"`, `"beam"` (the translator's
-        `sampler`, a `BeamSampler`), or a `GreedySampler` or `BeamSampler`
-        in any form `samplers.get` takes: the file runs it as one `WHILE`
-        (the random samplers are refused: LiteRT has no builtin for their
-        stateless random numbers).
+        `sampler`, a `BeamSampler`), or a token sampler in any form
+        `samplers.get` takes: the file runs it as one `WHILE`. A random
+        sampler's file takes its random numbers as a second input,
+        `uniforms (max_length, 1)` float32 in `[0, 1)` (LiteRT has no
+        stateless random op; `LiteRTTranslator(seed=...)` draws them).
         `quantize`: `"none"`, `"float16"` or `"dynamic"` (int8 weights),
         as in `keras_attn.export.export_signatures_tflite`.
         `unroll_first_step=True` (the default) takes the first step
@@ -545,19 +540,25 @@ class Translator(tf.Module):
                     f"Received: {name}={value!r}"
                 )
         sampler = self._litert_sampler(search_method)
+        width = self.source_length if pad_source else None
+        source = tf.TensorSpec([1, width], tf.int32, "source")
+        if isinstance(sampler, samplers.RandomSampler):
+            # LiteRT has no stateless random op: the numbers are an input.
+            uniforms = tf.TensorSpec(
+                [self.max_length, 1], tf.float32, "uniforms"
+            )
 
-        @tf.function(
-            input_signature=[
-                tf.TensorSpec(
-                    [1, self.source_length if pad_source else None],
-                    tf.int32,
-                    "source",
-                )
-            ]
-        )
-        def translate(source):
-            out = self._decode(source, sampler, unroll_first_step)
-            return {"ids": out["ids"], "alignment": out["alignment"]}
+            @tf.function(input_signature=[source, uniforms])
+            def translate(source, uniforms):
+                out = self._decode(source, sampler, unroll_first_step, uniforms)
+                return {"ids": out["ids"], "alignment": out["alignment"]}
+
+        else:
+
+            @tf.function(input_signature=[source])
+            def translate(source):
+                out = self._decode(source, sampler, unroll_first_step)
+                return {"ids": out["ids"], "alignment": out["alignment"]}
 
         metadata = self._litert_metadata(sampler)
         return export_signatures_tflite(

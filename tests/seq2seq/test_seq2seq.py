@@ -544,7 +544,35 @@ def test_translator_takes_a_sampler_and_names_bad_ones(tmp_path):
         tiny_translator(parts, sampler=samplers.ContrastiveSampler())
     with pytest.raises(ValueError, match="beam_width"):
         tiny_translator(parts, sampler="greedy", beam_width=3)
-    with pytest.raises(ValueError, match="search_method=TopKSampler"):
-        top_k.export_tflite(
-            str(tmp_path / "x.tflite"), search_method=top_k.sampler
-        )
+
+
+@pytest.mark.slow
+def test_a_litert_file_samples_with_the_numbers_it_is_given(tmp_path):
+    # LiteRT has no stateless random op: the file takes one number per
+    # output token as an input. With k=1 it is greedy whatever they are;
+    # with k=2 a seed repeats its translations.
+    from keras_attn.export import tflite_op_names
+    from keras_attn.seq2seq import samplers
+
+    top_k = tiny_translator(tiny_model(), sampler=samplers.TopKSampler(k=2))
+    one = str(tmp_path / "top_1.tflite")
+    top_k.export_tflite(one, search_method=samplers.TopKSampler(k=1))
+    greedy_file = str(tmp_path / "greedy.tflite")
+    top_k.export_tflite(greedy_file)
+    words = ["a b c", "d .", "c c a b", "b b b"]
+    want = [LiteRTTranslator(greedy_file).translate(t) for t in words]
+    assert [LiteRTTranslator(one, seed=7).translate(t) for t in words] == want
+    two = str(tmp_path / "top_2.tflite")
+    top_k.export_tflite(two, search_method=top_k.sampler)
+    lite = LiteRTTranslator(two, seed=5)
+    assert lite.runner.get_input_details()["uniforms"]["shape"].tolist() == [
+        top_k.max_length,
+        1,
+    ]
+    again = LiteRTTranslator(two, seed=5)
+    first = [lite.translate(t) for t in words * 3]
+    assert [again.translate(t) for t in words * 3] == first
+    assert len(set(first)) > len(words)  # it samples: repeats differ
+    assert "RANDOM" not in " ".join(tflite_op_names(two))
+    with pytest.raises(ValueError, match="seed=-1"):
+        LiteRTTranslator(two, seed=-1)

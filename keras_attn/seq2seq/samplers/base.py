@@ -203,6 +203,10 @@ class Run:
             known start tokens (a graph converter can then fold what
             depends on them alone into constants; `Translator.
             export_tflite` asks for it). The outputs are the same.
+        uniforms: `(max_length, rows)` numbers in `[0, 1)` for the random
+            samplers, in place of drawing them from their seed (a LiteRT
+            file takes them as an input: its runtime has no stateless
+            random op).
     """
 
     step_fn: object
@@ -214,6 +218,7 @@ class Run:
     hidden_fn: object = None
     end_fn: object = None
     unroll_first_step: bool = False
+    uniforms: object = None
 
 
 class Sampler:

@@ -49,7 +49,8 @@ class RandomSampler(Sampler):
 
     The random numbers (one per output token) are drawn before the loop
     from `seed`, so a fixed integer seed gives the same outputs on every
-    call, also under `jax.jit` and inside an exported graph.
+    call, also under `jax.jit` and inside an exported graph; or they are
+    given (`decode_tokens(..., uniforms=...)`, an input of a LiteRT file).
 
     Args:
         temperature: divides the logits; must be positive. Defaults to
@@ -77,6 +78,8 @@ class RandomSampler(Sampler):
         return {"temperature": self.temperature, "seed": self.seed}
 
     def start(self, run, inputs, state, logits, width):
+        if run.uniforms is not None:  # given (a LiteRT file's input)
+            return state, ops.cast(run.uniforms, "float32")
         shape = (run.max_length, ops.shape(inputs)[0])
         return state, keras.random.uniform(shape, seed=self.seed)
 
