@@ -11,7 +11,7 @@ from keras_attn.export.destination import (
     check_destination,
     staged,
 )
-from keras_attn.export.edge import drop_index_wrapping
+from keras_attn.export.edge import drop_index_wrapping, keep_probability_ranges
 from keras_attn.export.unroll import has_rnn, litert_ready, with_dynamic_length
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
@@ -151,7 +151,10 @@ def _convert(converter, quantize, representative_data, own_lengths=False):
         converter.target_spec.supported_ops = [
             tf.lite.OpsSet.TFLITE_BUILTINS_INT8
         ]
-    return drop_index_wrapping(converter.convert())
+    data = drop_index_wrapping(converter.convert())
+    if quantize == "int8":
+        data = keep_probability_ranges(data)
+    return data
 
 
 def with_metadata(data, entries):

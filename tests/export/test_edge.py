@@ -47,10 +47,14 @@ def plain_conversion(model):
     return converter.convert()
 
 
-def run_litert(data, rows):
+def _interpreter(data):
     from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = Interpreter(model_content=data)
+    return Interpreter(model_content=data)
+
+
+def run_litert(data, rows):
+    interpreter = _interpreter(data)
     interpreter.allocate_tensors()
     (inp,), (out,) = (
         interpreter.get_input_details(),
@@ -97,6 +101,42 @@ def test_masked_attention_exports_to_ops_every_target_runs(quantize):
         assert edge.edge_problems(data, target) == [], target
     names = {op for op, _ in edge.op_signatures(data)[0]}
     assert not names & {"REDUCE_MIN", "REDUCE_ANY", "NEG", "SELECT"}
+
+
+def test_a_short_input_keeps_its_whole_attention_weight_in_int8():
+    """Calibrated on rows whose attention is spread over 19 equal tokens
+    (weights 1/19), the converter requantized the softmax to the range
+    it saw; a one-token row's weight, 1, was clipped to 1/19 there, and
+    its pooled vector with it. `keep_probability_ranges` keeps the
+    softmax's own [0, 1) grid."""
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((20,), dtype="int32")
+    x = keras.layers.Embedding(50, 8, embeddings_initializer="ones")(tokens)
+    mask = keras.ops.not_equal(tokens, 0)
+    m, a = keras_attn.StructuredSelfAttention(8, 1, 0.0)(
+        x, mask=mask, return_attention_scores=True
+    )
+    model = keras.Model(tokens, [keras.layers.Flatten()(m), a])
+    full = np.random.default_rng(0).integers(1, 50, (30, 20)).astype("int32")
+    full[:, -1] = 0  # padding, as calibration reviews have
+    raw = export.convert_tflite(model, quantize="none")  # for the op list
+    data = export.convert_tflite(model, "int8", representative_data=full)
+    one = np.zeros((1, 20), "int32")
+    one[0, 0] = 7
+    # The pooled vector is all ones in float. In int8, 19 weights of 1/19
+    # on the softmax's grid of 1/256 sum to 0.965; one weight of 1 is
+    # 255/256.
+    run = _interpreter(data).get_signature_runner()
+    for rows, atol in ((full[:3], 0.04), (one, 0.01)):
+        want = keras.ops.convert_to_numpy(model(rows)[0])
+        got = [run(tokens=row[None])["output_0"] for row in rows]
+        np.testing.assert_allclose(np.concatenate(got), want, atol=atol)
+    weight = run(tokens=one)["output_1"][0, 0, 0]
+    assert weight > 0.98, weight  # the weight itself (clipped: 0.055)
+    names = [op for op, _ in edge.op_signatures(data)[0]]
+    assert "SOFTMAX" in names and "QUANTIZE" not in names, names
+    assert edge.keep_probability_ranges(data) == data  # nothing left
+    assert edge.keep_probability_ranges(raw) == raw  # float: untouched
 
 
 def test_masked_softmax_floor_is_the_minimum_exactly():
