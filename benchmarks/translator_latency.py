@@ -15,6 +15,7 @@ change).
 
 import argparse
 import json
+import os
 import platform
 import shlex
 import statistics
@@ -77,7 +78,7 @@ def main(argv=None):
         "command": "python -m benchmarks.translator_latency "
         + shlex.join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {platform.processor() or '?'}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
         "versions": {
             "python": platform.python_version(),
             "numpy": numpy.__version__,
