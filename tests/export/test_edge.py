@@ -119,7 +119,7 @@ def test_a_short_input_keeps_its_whole_attention_weight_in_int8():
     model = keras.Model(tokens, [keras.layers.Flatten()(m), a])
     full = np.random.default_rng(0).integers(1, 50, (30, 20)).astype("int32")
     full[:, -1] = 0  # padding, as calibration reviews have
-    raw = export.convert_tflite(model, quantize="none")  # for the op list
+    raw = export.convert_tflite(model, quantize="none")  # float32
     data = export.convert_tflite(model, "int8", representative_data=full)
     one = np.zeros((1, 20), "int32")
     one[0, 0] = 7
@@ -132,7 +132,7 @@ def test_a_short_input_keeps_its_whole_attention_weight_in_int8():
         got = [run(tokens=row[None])["output_0"] for row in rows]
         np.testing.assert_allclose(np.concatenate(got), want, atol=atol)
     weight = run(tokens=one)["output_1"][0, 0, 0]
-    assert weight > 0.98, weight  # the weight itself (clipped: 0.055)
+    assert weight > 0.98, weight  # the weight itself (clipped: 0.053)
     names = [op for op, _ in edge.op_signatures(data)[0]]
     assert "SOFTMAX" in names and "QUANTIZE" not in names, names
     assert edge.keep_probability_ranges(data) == data  # nothing left
