@@ -17,6 +17,14 @@ shipped files (docs/edge.md says how):
 
 import numpy as np
 
+from keras_attn.export.flatbuffer import (
+    _names,
+    _read,
+    _schema,
+    drop_index_wrapping,  # noqa: F401
+    keep_probability_ranges,  # noqa: F401
+)
+
 # target: ({refused op}, {(op, refused value dtype)}, int64 refused)
 TARGETS = {
     "tflm": (
@@ -33,27 +41,6 @@ TARGETS = {
     "intel_npu": ({"REDUCE_MIN", "REDUCE_ANY"}, set(), True),
     "int_only": (set(), set(), True),
 }
-
-
-def _schema():
-    from ai_edge_litert import schema_py_generated as schema
-    from ai_edge_litert.tools import flatbuffer_utils
-
-    return schema, flatbuffer_utils
-
-
-def _read(path_or_bytes):
-    schema, utils = _schema()
-    if isinstance(path_or_bytes, (bytes, bytearray)):
-        data = bytearray(path_or_bytes)
-    else:
-        with open(path_or_bytes, "rb") as f:
-            data = bytearray(f.read())
-    return utils.convert_bytearray_to_object(data)
-
-
-def _names(schema, enum):
-    return {v: k for k, v in vars(enum).items() if not k.startswith("_")}
 
 
 def op_signatures(path_or_bytes):
@@ -105,225 +92,6 @@ def check_edge_targets(path_or_bytes, targets):
         raise ValueError(
             f"The LiteRT model has ops its edge targets cannot run ({listed})"
         )
-
-
-def drop_index_wrapping(data):
-    """LiteRT bytes without the negative-index wrapping before `GATHER`.
-
-    Keras's TensorFlow `take` (so every `Embedding`) turns index `i` into
-    `where(i < 0, i + n, i)` before gathering, which converts to
-    `LESS`, `ADD` and a `SELECT` that microcontrollers cannot run. Token
-    ids are never negative, so the gather reads `i` itself and the three
-    ops go. Ops whose outputs nothing reads any more are removed; the rest
-    of the graph is untouched. Returns `data` unchanged when the pattern
-    is absent."""
-    schema, utils = _schema()
-    model = _read(data)
-    ops = _names(schema, schema.BuiltinOperator)
-    changed = False
-    for graph in model.subgraphs:
-        changed |= _rewire_gathers(model, graph, ops)
-    if not changed:
-        return bytes(data)
-    for graph in model.subgraphs:
-        _drop_unread(graph)
-    return bytes(utils.convert_object_to_bytearray(model))
-
-
-def keep_probability_ranges(data):
-    """Full-integer LiteRT bytes whose probabilities keep their whole
-    range [0, 1).
-
-    The int8 `SOFTMAX` writes on a fixed grid, `[0, 1)` in steps of
-    1/256, but the converter then requantizes its output (`QUANTIZE`) to
-    the range calibration saw. An attention calibrated on long inputs,
-    where weights are spread, never saw a weight near 1; a short input's
-    weights are then clipped (a review of a few words kept 0.59 of its
-    weight). Here the readers of such a `QUANTIZE` read the softmax's
-    output itself, and the ops that must keep their input's int8 grid
-    (`SELECT_V2`, reshapes, slices) take that grid too, their constant
-    operands re-expressed on it. Returns `data` unchanged when no
-    softmax is requantized."""
-    schema, utils = _schema()
-    model = _read(data)
-    ops = _names(schema, schema.BuiltinOperator)
-    changed = False
-    for graph in model.subgraphs:
-        changed |= _unclip_softmaxes(model, graph, ops)
-    if not changed:
-        return bytes(data)
-    for graph in model.subgraphs:
-        _drop_unread(graph)
-    return bytes(utils.convert_object_to_bytearray(model))
-
-
-# Ops whose int8 output must be on their input's grid (no rescaling).
-_SAME_GRID = {
-    "SELECT_V2",
-    "RESHAPE",
-    "STRIDED_SLICE",
-    "SQUEEZE",
-    "EXPAND_DIMS",
-    "TRANSPOSE",
-    "GATHER",
-}
-
-
-# Ops that read an int8 input on any grid.
-_RESCALES = {
-    "BATCH_MATMUL",
-    "FULLY_CONNECTED",
-    "MUL",
-    "ADD",
-    "SUB",
-    "MEAN",
-    "DEQUANTIZE",
-    "QUANTIZE",
-}
-
-
-def _op_name(model, op, ops):
-    code = model.operatorCodes[op.opcodeIndex]
-    return ops[max(code.builtinCode, code.deprecatedBuiltinCode)]
-
-
-def _grid(tensor):
-    q = tensor.quantization
-    if q is None or q.scale is None or len(q.scale) != 1:
-        return None
-    return float(q.scale[0]), int(q.zeroPoint[0])
-
-
-def _unclip_softmaxes(model, graph, ops):
-    producer = {o: op for op in graph.operators for o in op.outputs}
-    changed = False
-    for op in list(graph.operators):
-        if _op_name(model, op, ops) != "QUANTIZE":
-            continue
-        source, target = op.inputs[0], op.outputs[0]
-        before = producer.get(source)
-        if before is None or _op_name(model, before, ops) != "SOFTMAX":
-            continue
-        grid = _grid(graph.tensors[source])
-        if grid is None or _grid(graph.tensors[target]) == grid:
-            continue
-        if target in graph.outputs:
-            continue
-        plan = _regrid_plan(model, graph, ops, target, grid)
-        if plan is None:  # a reader that rescales a second operand
-            continue
-        for tensor, constant in plan:
-            _set_grid(model, graph, tensor, grid, constant)
-        for reader in graph.operators:
-            reader.inputs = np.array(
-                [source if i == target else i for i in reader.inputs]
-            )
-        changed = True
-    return changed
-
-
-def _regrid_plan(model, graph, ops, start, grid):
-    """The tensors to put on `grid` when `start`'s readers read the
-    softmax: each same-grid reader's output and its constant value
-    operands, transitively; `None` when one such operand is computed or
-    shared, or a reader is neither a same-grid op nor one that rescales
-    (a `CONCATENATION` must have its inputs' grid on XNNPACK)."""
-    plan, todo = [], [start]
-    while todo:
-        tensor = todo.pop()
-        for op in graph.operators:
-            if tensor not in op.inputs:
-                continue
-            name = _op_name(model, op, ops)
-            if name in _RESCALES:
-                continue
-            if name not in _SAME_GRID:  # CONCATENATION on XNNPACK, ...
-                return None
-            if name == "SELECT_V2":
-                for other in op.inputs[1:]:
-                    if other == tensor:
-                        continue
-                    readers = sum(other in o.inputs for o in graph.operators)
-                    if not _is_stored(model, graph, other) or readers > 1:
-                        return None
-                    plan.append((other, True))
-            for out in op.outputs:
-                if _grid(graph.tensors[out]) != grid:
-                    plan.append((out, False))
-                    todo.append(out)
-    return plan
-
-
-def _is_stored(model, graph, tensor):
-    data = getattr(model.buffers[graph.tensors[tensor].buffer], "data", None)
-    return data is not None and len(data) > 0
-
-
-def _set_grid(model, graph, tensor, grid, constant):
-    t = graph.tensors[tensor]
-    scale, zero = grid
-    if constant:  # the same real values, on the new grid
-        buffer = model.buffers[t.buffer]
-        old_scale, old_zero = _grid(t)
-        q = np.frombuffer(bytes(buffer.data), np.int8).astype("float64")
-        real = old_scale * (q - old_zero)
-        q = np.clip(np.round(real / scale) + zero, -128, 127)
-        buffer.data = np.frombuffer(q.astype(np.int8).tobytes(), np.uint8)
-    t.quantization.scale = np.array([scale], "float32")
-    t.quantization.zeroPoint = np.array([zero], "int64")
-
-
-def _rewire_gathers(model, graph, ops):
-    def name(op):
-        code = model.operatorCodes[op.opcodeIndex]
-        return ops[max(code.builtinCode, code.deprecatedBuiltinCode)]
-
-    producer = {o: op for op in graph.operators for o in op.outputs}
-    changed = False
-    for op in graph.operators:
-        if name(op) != "GATHER":
-            continue
-        select = producer.get(op.inputs[1])
-        if select is None or name(select) not in ("SELECT", "SELECT_V2"):
-            continue
-        condition, wrapped, raw = select.inputs[:3]
-        less, add = producer.get(condition), producer.get(wrapped)
-        if (
-            less is not None
-            and add is not None
-            and name(less) == "LESS"
-            and name(add) == "ADD"
-            and less.inputs[0] == raw
-            and add.inputs[0] == raw
-            and _is_constant(model, graph, less.inputs[1], 0)
-        ):
-            op.inputs = np.array([op.inputs[0], raw, *op.inputs[2:]])
-            changed = True
-    return changed
-
-
-def _is_constant(model, graph, tensor, value):
-    buffer = model.buffers[graph.tensors[tensor].buffer]
-    data = getattr(buffer, "data", None)
-    if data is None or len(data) == 0:
-        return False
-    return bool(np.all(np.frombuffer(bytes(data), np.uint8) == value))
-
-
-def _drop_unread(graph):
-    """Remove, until none is left, ops with outputs that no op and no
-    graph output reads."""
-    while True:
-        read = {i for op in graph.operators for i in op.inputs}
-        read |= set(graph.outputs)
-        keep = [  # an op without outputs acts by its side effects: kept
-            op
-            for op in graph.operators
-            if len(op.outputs) == 0 or any(o in read for o in op.outputs)
-        ]
-        if len(keep) == len(graph.operators):
-            return
-        graph.operators = keep
 
 
 # -- TensorFlow Lite Micro. -------------------------------------------------

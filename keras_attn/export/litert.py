@@ -11,7 +11,10 @@ from keras_attn.export.destination import (
     check_destination,
     staged,
 )
-from keras_attn.export.edge import drop_index_wrapping, keep_probability_ranges
+from keras_attn.export.flatbuffer import (
+    drop_index_wrapping,
+    keep_probability_ranges,
+)
 from keras_attn.export.unroll import has_rnn, litert_ready, with_dynamic_length
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
