@@ -10,14 +10,13 @@ take:
   alignment (B, S))`.
 """
 
-import json
 import os
 import shutil
 
 import tensorflow as tf
 
-from keras_attn.seq2seq import samplers, segmenting
-from keras_attn_runtime import DETOKENIZERS, artifact
+from keras_attn.seq2seq import litert_file, samplers, segmenting
+from keras_attn_runtime import DETOKENIZERS
 
 # Joining French output tokens (the runtime's named rules).
 DETOKENIZE = DETOKENIZERS["french"]
@@ -35,27 +34,6 @@ def copy_positions(attention, source, unknown_id=1):
     keep = tf.logical_or(unknown, tf.logical_not(has))
     scores = tf.where(keep, attention, -1.0)  # (B, L, S)
     return tf.argmax(scores, axis=-1, output_type=tf.int32)
-
-
-def _sampler_name(sampler):
-    """The name `samplers.get` knows `sampler`'s class by (else the
-    class name)."""
-    names = {cls: name for name, cls in samplers.NAMES.items()}
-    return names.get(type(sampler), type(sampler).__name__)
-
-
-def _token_sampler(sampler, argument):
-    """`sampler`, if a translator can run it: one that reads the decoder's
-    logits alone (not contrastive search, which needs the decoder's
-    representation, nor multi-label decoding)."""
-    if isinstance(
-        sampler, (samplers.ContrastiveSampler, samplers.MultiLabelSampler)
-    ):
-        raise ValueError(
-            f"A Translator runs greedy, random, top-k, top-p or beam "
-            f"search. Received: {argument}={sampler!r}"
-        )
-    return sampler
 
 
 class Translator(tf.Module):
@@ -146,7 +124,7 @@ class Translator(tf.Module):
                 f"{sorted(samplers.NAMES)} or a config dict. "
                 f"Received: sampler={sampler!r}"
             ) from None
-        self.sampler = _token_sampler(sampler, "sampler")
+        self.sampler = litert_file.token_sampler(sampler, "sampler")
         segmenting.check(segmenter, segment_longer_than)
         self.segmenter = segmenter
         self.segment_longer_than = segment_longer_than
@@ -429,69 +407,6 @@ class Translator(tf.Module):
                 f"max_length). Received: litert_file={path!r}"
             )
 
-    def _subword_config(self):
-        if not hasattr(self.vectorizer, "tokens"):
-            return {}
-        config = self.vectorizer.get_config()
-        keys = ("unknown_words", "max_chars_per_word")
-        # Version 2: a runtime reading version 1 would ignore `subwords`.
-        return {"subwords": {k: config[k] for k in keys}, "version": 2}
-
-    def _litert_sampler(self, search_method):
-        if search_method == "beam":
-            if not isinstance(self.sampler, samplers.BeamSampler):
-                raise ValueError(
-                    "search_method='beam' exports the translator's beam "
-                    f"search; its sampler is {self.sampler!r}. Pass that "
-                    "sampler, or a BeamSampler, as search_method instead. "
-                    f"Received: search_method={search_method!r}"
-                )
-            return self.sampler
-        try:
-            sampler = samplers.get(search_method)
-        except ValueError:
-            raise ValueError(
-                "Expected search_method to be 'greedy', 'beam' or a sampler "
-                f"(samplers.get). Received: search_method={search_method!r}"
-            ) from None
-        return _token_sampler(sampler, "search_method")
-
-    def _litert_metadata(self, sampler):
-        """The settings and vocabularies a LiteRT translator file carries
-        for the numpy-only runtime."""
-        named = [n for n, r in DETOKENIZERS.items() if r == self.detokenize]
-        if not named:
-            raise ValueError(
-                "A LiteRT translator names its detokenizer (patterns never "
-                "travel in a model file): give one of the rule sets of "
-                "keras_attn_runtime.DETOKENIZERS. Received: "
-                f"detokenize={self.detokenize!r}"
-            )
-        config = artifact.artifact_config(
-            artifact.TRANSLATOR,
-            standardize=getattr(self.standardize, "__name__", None),
-            source_length=self.source_length,
-            max_length=self.max_length,
-            start_id=self.start_id,
-            end_id=self.end_id,
-            unknown_id=self.unknown_id,
-            copy_unknown=self.standardize is not None,
-            detokenizer=named[0],
-            search=_sampler_name(sampler),
-            **self._subword_config(),
-            segmenter=self.segmenter,
-            segment_longer_than=self.segment_longer_than,
-        )
-        return {
-            artifact.METADATA_CONFIG: json.dumps(config).encode(),
-            artifact.METADATA_SOURCE_VOCABULARY: "\n".join(
-                self.vectorizer.get_vocabulary()
-            ).encode(),
-            artifact.METADATA_TARGET_VOCABULARY: "\n".join(
-                self.target_vocabulary
-            ).encode(),
-        }
-
     def export_tflite(
         self,
         path,
@@ -539,7 +454,7 @@ class Translator(tf.Module):
                     f"Expected {name} to be True or False. "
                     f"Received: {name}={value!r}"
                 )
-        sampler = self._litert_sampler(search_method)
+        sampler = litert_file.litert_sampler(self, search_method)
         width = self.source_length if pad_source else None
         source = tf.TensorSpec([1, width], tf.int32, "source")
         if isinstance(sampler, samplers.RandomSampler):
@@ -560,7 +475,7 @@ class Translator(tf.Module):
                 out = self._decode(source, sampler, unroll_first_step)
                 return {"ids": out["ids"], "alignment": out["alignment"]}
 
-        metadata = self._litert_metadata(sampler)
+        metadata = litert_file.litert_metadata(self, sampler)
         return export_signatures_tflite(
             {"translate": translate}, path, overwrite, metadata, quantize
         )
