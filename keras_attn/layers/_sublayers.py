@@ -81,12 +81,14 @@ def fewer_heads(projection, heads):
 
 def two_dense(width, hidden, activation, name, common):
     """`width → hidden → width`: two built `Dense` layers named
-    `{name}_1` and `{name}_2`, the first with `activation`; `common`: the
-    initializers, regularizers and constraints."""
+    `{name}_1` and `{name}_2`, the first with `activation`; `common()`:
+    the initializers, regularizers and constraints, a fresh copy a call
+    (one seedless initializer copy would start both layers from one
+    random stream)."""
     first = keras.layers.Dense(
-        hidden, activation=activation, name=f"{name}_1", **common
+        hidden, activation=activation, name=f"{name}_1", **common()
     )
-    second = keras.layers.Dense(width, name=f"{name}_2", **common)
+    second = keras.layers.Dense(width, name=f"{name}_2", **common())
     first.build((None, width))
     second.build((None, hidden))
     return first, second

@@ -236,10 +236,12 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             for old in (self._key_dense, gate, self._value_dense):
                 if old is not None:
                     self._tracker.untrack(old)
-            common = self._get_common_kwargs_for_sublayer()
             for name in ("key", "value"):
                 old = getattr(self, f"_{name}_dense")
                 new = _sublayers.fewer_heads(old, self.num_key_value_heads)
+                # A fresh copy of the initializers for each projection:
+                # one seedless copy gives equal shapes equal values.
+                common = self._get_common_kwargs_for_sublayer()
                 new = layers.EinsumDense(**new, name=name, **common)
                 new.build(self._build_shapes[name])
                 setattr(self, f"_{name}_dense", new)
@@ -255,8 +257,12 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         if self.feed_forward == "concat":
             width *= self.num_heads
         hidden = self.feed_forward_dim or 2 * width
-        common = self._get_common_kwargs_for_sublayer()
-        del common["activity_regularizer"]  # g's own output is not the layer's
+
+        def common():  # fresh initializer copies for each Dense
+            kwargs = self._get_common_kwargs_for_sublayer()
+            del kwargs["activity_regularizer"]  # g's output is not the layer's
+            return kwargs
+
         self._ff_1, self._ff_2 = _sublayers.two_dense(
             width, hidden, self.feed_forward_activation, "feed_forward", common
         )

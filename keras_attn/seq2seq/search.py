@@ -43,9 +43,9 @@ def greedy_search(
         end_id: the token that ends an output, or a list: any of them.
         max_length: the most tokens per output, `end_id` included.
         banned_ids: tokens never emitted. Defaults to `()`.
-        alignment_length: the alignment's length, when `step_fn`'s has
-            no static one (a traced graph with a variable source length).
-            Defaults to `None`.
+        alignment_length: the alignment's length. Optional: a traced
+            graph with a variable source length reads it from the first
+            step. Defaults to `None`.
 
     Returns:
         A dict: `"ids"` `(B, max_length)` int32 (0 after `end_id`) and

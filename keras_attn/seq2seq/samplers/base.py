@@ -17,9 +17,11 @@ under `jax.jit` and `tf.function` (and lives inside an exported SavedModel
 or LiteRT file as one loop) and runs eagerly on PyTorch. The first token
 is decoded inside the loop too: the buffers are sized from a symbolic call
 of `step_fn` (`keras.Operation.compute_output_spec`), so an exported graph
-holds the decoder once (unless the decoder's state changes form at the
-first step: that step then runs before the loop; give such a decoder its
-full initial state). A strategy overrides `next_token` (greedy,
+holds the decoder once. The first step runs before the loop instead, on
+the real state, when the decoder's state changes form at that step (give
+such a decoder its full initial state), when a traced graph leaves the
+alignment's length unknown (it is read from that step), and on PyTorch,
+whose shape reading would run the decoder on stand-in values. A strategy overrides `next_token` (greedy,
 random, top-k, top-p), or `next` and the `start`/`finish` hooks (beam
 search), or `step` (contrastive search's look-ahead).
 
@@ -167,6 +169,29 @@ def step_output_spec(step_fn, inputs, state):
     return _StepFunction(step_fn).compute_output_spec(*specs, index)
 
 
+def reads_shapes_by_running():
+    """Whether the backend reads a function's output shapes by running it
+    on stand-in values: Keras's PyTorch backend tries meta tensors, then
+    tensors of ones. The decoder never gets those: its first real step
+    gives the shapes instead (PyTorch runs the loop eagerly, so that step
+    costs nothing more)."""
+    return keras.backend.backend() == "torch"
+
+
+def reuse_once(step_fn, inputs, state, outputs):
+    """`step_fn`, answering its first call on exactly `inputs` and `state`
+    (the same objects) with `outputs`, already computed, so that the
+    first step is decoded once."""
+    pending = [outputs]
+
+    def step(tokens, current, index):
+        if pending and tokens is inputs and current is state:
+            return pending.pop()
+        return step_fn(tokens, current, index)
+
+    return step
+
+
 def same_form(state, spec):
     """Whether the tensors of `state` have the structure, shapes and
     dtypes of `spec`'s."""
@@ -242,9 +267,9 @@ class Sampler:
             (for `BeamSampler`'s coverage penalty; others ignore it).
             Defaults to `None`.
         alignment_length: the alignment's length `S` (an int or scalar
-            tensor), needed only when `step_fn`'s alignment has no static
-            length (a traced graph with a variable source length).
-            Defaults to `None`.
+            tensor). Optional: without it, a traced graph with a variable
+            source length reads it from the first step, which then runs
+            before the loop. Defaults to `None`.
 
     Returns:
         A dict: `"ids"` `(B, max_length)` int32 (0 after `end_id`) and
@@ -323,20 +348,26 @@ class Sampler:
         state = repeat_rows(state, self.rows_per_example)
         rows = ops.shape(inputs)[0]
         length = run.max_length
-        logits, state_spec, alignment = step_output_spec(
-            run.step_fn, inputs, state
-        )
+        first = None  # the first step's outputs, when run before the loop
+        if reads_shapes_by_running():
+            first = run.step_fn(inputs, state, ops.convert_to_tensor(0))
+            logits, state_spec, alignment = first
+        else:
+            logits, state_spec, alignment = step_output_spec(
+                run.step_fn, inputs, state
+            )
         width = 0
         if alignment is not None:
             width = alignment.shape[-1]
             if width is None:
                 width = alignment_length
-            if width is None:
-                raise ValueError(
-                    "step_fn's alignment has no static length here: pass "
-                    "alignment_length, the source length it attends over. "
-                    "Received: alignment_length=None"
+            if width is None:  # a traced graph with a variable source
+                first = first or run.step_fn(
+                    inputs, state, ops.convert_to_tensor(0)
                 )
+                width = ops.shape(first[2])[-1]
+        if first is not None:  # decoded once: the loop's first step
+            run.step_fn = reuse_once(run.step_fn, inputs, state, first)
         if run.source_mask is not None:
             run.source_mask = repeat_rows(
                 ops.cast(run.source_mask, "bool"), self.rows_per_example
@@ -372,10 +403,15 @@ class Sampler:
 
         loop_vars = (ops.convert_to_tensor(0, "int32"), inputs, state)
         loop_vars += ((emitted, aligned, done, carry),)
-        if run.unroll_first_step or not same_form(state, state_spec):
-            # Asked for, or a decoder whose state changes form at its
-            # first step (an initial state without the entries the step
-            # adds): that step runs before the loop.
+        if (
+            run.unroll_first_step
+            or first is not None
+            or not same_form(state, state_spec)
+        ):
+            # Asked for, already run (for its shapes), or a decoder whose
+            # state changes form at its first step (an initial state
+            # without the entries the step adds): that step runs before
+            # the loop.
             loop_vars = body(*loop_vars)
         *_, loop = ops.while_loop(cond, body, loop_vars)
         emitted, aligned, done, carry = loop
