@@ -21,9 +21,10 @@ holds the decoder once. The first step runs before the loop instead, on
 the real state, when the decoder's state changes form at that step (give
 such a decoder its full initial state), when a traced graph leaves the
 alignment's length unknown (it is read from that step), and on PyTorch,
-whose shape reading would run the decoder on stand-in values. A strategy overrides `next_token` (greedy,
-random, top-k, top-p), or `next` and the `start`/`finish` hooks (beam
-search), or `step` (contrastive search's look-ahead).
+whose shape reading would run the decoder on stand-in values. A strategy
+overrides `next_token` (greedy, random, top-k, top-p), or `next` and the
+`start`/`finish` hooks (beam search), or `step` (contrastive search's
+look-ahead).
 
 Token conventions: every output starts after `start_id` (one id, or one
 per example `(B,)`); `end_id` (one id, or a list: any of them) ends it
