@@ -155,10 +155,65 @@ def _run_model(fn, *args):
     try:
         return fn(*args)
     except tf.errors.OpError as err:
+        message = err.message or str(err)
+        kind = "" if memory_failure(message) else f" ({type(err).__name__})"
         raise ValueError(
-            f"The model failed to run ({type(err).__name__}): "
-            f"{_op_error_line(err.message or str(err))}"
+            f"The model failed to run{kind}: {_op_error_line(message)}"
         ) from None
+
+
+# Bytes per element of the dtypes an allocation failure may name, in
+# TensorFlow's proto spelling (DT_FLOAT) and its OOM message's (float).
+_DTYPE_BYTES = {
+    "float": 4,
+    "double": 8,
+    "half": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
+
+
+def memory_failure(message):
+    """The allocation a TensorFlow error message says failed, as
+    "the model asked for N bytes (...)", or `None` for any other error.
+
+    Two forms: the runtime's "OOM when allocating tensor with shape[...]
+    and type float", and a constant that graph optimization folded and
+    could not materialize ("Cannot parse tensor from proto", its dtype,
+    `dim { size: ... }` and a `float_val` line, which alone says
+    nothing)."""
+    import re
+
+    nodes = re.findall(r"\[\[\{\{node ([^}]+)\}\}\]\]", message)
+    oom = re.search(
+        r"OOM when allocating tensor with shape\[([\d, ]*)\]"
+        r"(?: and type (\w+))?",
+        message,
+    )
+    if oom:
+        dims = [int(d) for d in oom.group(1).split(",") if d.strip()]
+        dtype = oom.group(2) or "?"
+    elif "Cannot parse tensor from proto" in message:
+        found = re.search(r"dtype: DT_(\w+)", message)
+        dtype = found.group(1).lower() if found else "?"
+        dims = [int(d) for d in re.findall(r"size: (\d+)", message)]
+    else:
+        return None
+    count = 1
+    for d in dims:
+        count *= d
+    width = _DTYPE_BYTES.get(dtype)
+    asked = f"{count * width:,} bytes" if width else f"{count:,} elements"
+    node = f", node {nodes[-1]}" if nodes else ""
+    return (
+        f"the model asked for {asked} (a {dtype} tensor of shape "
+        f"{dims}{node}): more memory than can be allocated"
+    )
 
 
 def _op_error_line(message, width=300):
@@ -168,6 +223,9 @@ def _op_error_line(message, width=300):
     allocation that does not fit says its shape and the limit."""
     import re
 
+    failure = memory_failure(message)
+    if failure:
+        return failure[:width]
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     nodes = re.findall(r"\[\[\{\{node ([^}]+)\}\}\]\]", message)
     telling = [

@@ -516,10 +516,42 @@ def test_tensorflow_errors_say_what_went_wrong():
     message = (
         "Graph execution error:\n\nDetected at node model/dense defined at "
         '(most recent call last):\n  File "x.py", line 3\n\nOOM when '
-        "allocating tensor with shape[1000000,1000000]\n\t [[{{node x}}]]"
+        "allocating tensor with shape[1000000,1000000] and type float\n\t "
+        "[[{{node x}}]]"
     )
     line = cli_module._op_error_line(message)
-    assert line.startswith("OOM when allocating tensor")
+    assert line == (
+        f"the model asked for {10**12 * 4:,} bytes (a float tensor of "
+        "shape [1000000, 1000000], node x): more memory than can be "
+        "allocated"
+    )
+
+
+@pytest.mark.parametrize("folded", [True, False], ids=["folded", "runtime"])
+def test_a_memory_failure_names_the_bytes_asked_for(folded):
+    """A constant that graph optimization folded and could not hold was
+    reported by its proto's last line, "float_val: 1"; an allocation the
+    runtime refused, by its class. Both name the bytes asked for."""
+    import tensorflow as tf
+
+    from keras_attn_cli import commands as cli_module
+
+    @tf.function
+    def fill(n):
+        shape = [2**21, 2**21] if folded else tf.stack([n, n, 1024])
+        return tf.reduce_sum(tf.fill(shape, 1.0))
+
+    with pytest.raises(tf.errors.OpError) as caught:
+        fill(tf.constant(2**20))
+    line = cli_module._op_error_line(caught.value.message)
+    count = 2**42 if folded else 2**50
+    assert line.startswith(f"the model asked for {count * 4:,} bytes")
+    assert "float_val" not in line and "Fill" in line
+    with pytest.raises(ValueError) as failed:
+        cli_module._run_model(fill, tf.constant(2**20))
+    assert str(failed.value).startswith(
+        "The model failed to run: the model asked for"
+    )
 
 
 def test_a_shape_over_the_limit_is_named_not_only_its_node():

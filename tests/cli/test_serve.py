@@ -331,3 +331,52 @@ def test_two_server_processes_answer_the_same_model_alike():
         for proc, _ in (first, second):
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0
+
+
+def test_a_memory_failure_names_itself_and_the_server_goes_on(tmp_path):
+    """A model that asks for more memory than there is: `predict` exits
+    2 naming the bytes, `serve` answers that request with the same words
+    and the next one as usual."""
+    import tensorflow as tf
+
+    spec = tf.TensorSpec([None], tf.string)
+
+    class Greedy(tf.Module):
+        @tf.function(input_signature=[spec])
+        def huge(self, text):  # a constant folded, then not held
+            extra = tf.reduce_sum(tf.fill([2**21, 2**21], 1.0)) * 0.0
+            return {"probability": self.small(text)["probability"] + extra}
+
+        @tf.function(input_signature=[spec])
+        def small(self, text):
+            n = tf.cast(tf.strings.length(text), tf.float32)
+            return {"probability": tf.sigmoid(n / 10.0)}
+
+    module = Greedy()
+    path = str(tmp_path / "greedy")
+    tf.saved_model.save(
+        module,
+        path,
+        signatures={"serving_default": module.huge, "small": module.small},
+    )
+    asked = f"the model asked for {2**42 * 4:,} bytes"
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_attn_cli", "predict", path, "a film"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and asked in done.stderr, done.stderr
+    proc, port = start(path)
+    try:
+        status, body = post(port, "greedy", {"inputs": ["a film"]})
+        assert status >= 500 and asked in json.dumps(body), body
+        status, body = post(
+            port, "greedy", {"signature_name": "small", "inputs": ["film"]}
+        )
+        assert status == 200, body
+        np.testing.assert_allclose(body["outputs"], [1 / (1 + np.exp(-0.4))])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
