@@ -43,6 +43,7 @@ LAYER_SUITE = [
     "tests/layers/test_positions_heads.py",
     "tests/layers/test_grouped_query.py",
     "tests/layers/test_initial_weights.py",
+    "tests/layers/test_compiled.py",
     "tests/seq2seq/test_decoder_calls.py",
     "tests/layers/test_position_layers.py",
     "tests/layers/test_float64.py",

@@ -148,6 +148,9 @@ SEARCHES = {
         f, s, START, END, 4, beam_width=2, coverage_penalty=0.2
     ),
     "sample": lambda f, s: search.sample_search(f, s, START, END, 4, seed=1),
+    "contrastive": lambda f, s: search.contrastive_search(
+        f, s, START, END, 4, hidden_fn=lambda s: s["memory"][:, 0]
+    ),
 }
 
 
