@@ -94,6 +94,12 @@ GLOBAL_FLAGS = (
 SERVE_FLAGS = (
     ("--host", str, "127.0.0.1", "address to listen on (0.0.0.0: all)"),
     ("--port", int, 8501, "HTTP port (TensorFlow Serving's REST port)"),
+    (
+        "--grpc-port",
+        int,
+        8500,
+        "gRPC port: TensorFlow Serving's and KServe v2's gRPC APIs (0: off)",
+    ),
     ("--max-body-bytes", int, 1 << 20, "largest request body"),
     ("--max-instances", int, 256, "most examples in one request"),
     ("--max-text-bytes", int, 100_000, "longest text input (UTF-8 bytes)"),
@@ -249,6 +255,24 @@ COMMANDS = (
                     help=f"{text} (default: {default})",
                 )
                 for flag, kind, default, text in SERVE_FLAGS
+            ),
+            _flag(
+                "--auth-token-file",
+                default=None,
+                help="a file holding a bearer token that every route but "
+                "the health routes then needs (default: none)",
+            ),
+            _flag(
+                "--enable-model-management",
+                action="store_true",
+                help="turn on KServe's /v2/repository load and unload "
+                "routes (default: off)",
+            ),
+            _flag(
+                "--enable-docs",
+                action="store_true",
+                help="turn on the OpenAPI pages, /openapi.json and /docs "
+                "(default: off)",
             ),
             _unsafe("serve"),
         ),

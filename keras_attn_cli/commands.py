@@ -431,13 +431,21 @@ def _serve(args):
 
     for flag, kind, _, _ in SERVE_FLAGS:
         value = getattr(args, flag[2:].replace("-", "_"))
-        if kind is not str and not value > 0:
+        off = flag == "--grpc-port" and value == 0  # 0 turns gRPC off
+        if kind is not str and not value > 0 and not off:
             raise ValueError(
                 f"Expected {flag} to be positive. Received: {flag}={value}"
             )
-    if args.port > 65535:
+    for flag in ("--port", "--grpc-port"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value > 65535:
+            raise ValueError(
+                f"Expected {flag} to be at most 65535. Received: {flag}={value}"
+            )
+    if args.grpc_port == args.port:
         raise ValueError(
-            f"Expected --port to be at most 65535. Received: --port={args.port}"
+            "Expected --grpc-port to differ from --port. Received: "
+            f"--grpc-port={args.grpc_port}"
         )
     root = models.models_dir(args)
     values = args.model
@@ -460,6 +468,12 @@ def _serve(args):
         limits,
         batching,
         log=lambda line: print(f"keras-attn serve: {line}", flush=True),
+        access={
+            "token": serve.read_token(args.auth_token_file),
+            "model_management": args.enable_model_management,
+            "docs": args.enable_docs,
+            "grpc_port": args.grpc_port,
+        },
     )
 
 

@@ -14,13 +14,16 @@ one of three backends: a SavedModel (through the op allowlist), a
 
 import asyncio
 import concurrent.futures
+import hmac
 import json
 import os
+import re
 import signal
 import time
 
 import numpy as np
 
+from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
 
 LIMITS = {
@@ -266,6 +269,7 @@ class Batcher:
 def _kserve_model_class():
     """`ServedModel` subclasses `kserve.Model`, imported on first use."""
     import kserve
+    from kserve import InferOutput, InferRequest, InferResponse
     from kserve.errors import InferenceError, InvalidInput
 
     class ServedModel(kserve.Model):
@@ -287,7 +291,21 @@ def _kserve_model_class():
             }
             self.ready = True
 
+        def get_input_types(self):  # KServe v2 model metadata
+            return oip.tensor_metadata(self._default().inputs)
+
+        def get_output_types(self):
+            return oip.tensor_metadata(self._default().outputs)
+
+        def _default(self):
+            signatures = self.backend.signatures
+            return signatures.get(
+                api.DEFAULT_SIGNATURE, next(iter(signatures.values()))
+            )
+
         async def predict(self, payload, headers=None):
+            if isinstance(payload, InferRequest):
+                return await self._infer(payload)
             signatures = self.backend.signatures
             try:
                 # KServe parses JSON bodies sent as JSON; TensorFlow Serving
@@ -298,17 +316,57 @@ def _kserve_model_class():
                 )
             except api.RequestError as err:
                 raise InvalidInput(str(err)) from None
+            return api.format_predict(await self.run(key, inputs), form)
+
+        async def run(self, key, inputs):
+            """The signature `key` on `inputs`, merged with other
+            requests where it can be."""
             try:
                 if key in self.batchers:
-                    out = await self.batchers[key].submit(inputs)
-                else:
-                    loop = asyncio.get_running_loop()
-                    out = await loop.run_in_executor(
-                        self.executor, self.backend.run, key, inputs
-                    )
+                    return await self.batchers[key].submit(inputs)
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(
+                    self.executor, self.backend.run, key, inputs
+                )
             except ModelError as err:
                 raise InferenceError(_model_error(err)) from None
-            return api.format_predict(out, form)
+
+        async def _infer(self, request):
+            """KServe v2's infer (REST, binary extension, gRPC) on the
+            default signature."""
+            key = api.DEFAULT_SIGNATURE
+            if key not in self.backend.signatures:
+                key = next(iter(self.backend.signatures))
+            try:
+                tensors = [
+                    (t.name, t.datatype, t.as_numpy()) for t in request.inputs
+                ]
+                inputs = oip.parse_infer(
+                    tensors, self.backend.signatures[key], self.limits
+                )
+            except (api.RequestError, ValueError, TypeError) as err:
+                raise InvalidInput(str(err)) from None
+            out = await self.run(key, inputs)
+            wanted = [o.name for o in request.request_outputs or ()]
+            unknown = sorted(set(wanted) - set(out))
+            if unknown:
+                raise InvalidInput(
+                    f"Unknown outputs {unknown}; this model gives {sorted(out)}"
+                )
+            if wanted:
+                out = {k: v for k, v in out.items() if k in wanted}
+            binary = request.use_binary_outputs
+            outputs = []
+            for name, kind, array in oip.infer_outputs(out):
+                output = InferOutput(name, list(array.shape), kind)
+                output.set_data_from_numpy(array, binary_data=binary)
+                outputs.append(output)
+            return InferResponse(
+                response_id=request.id or "",
+                model_name=self.name,
+                infer_outputs=outputs,
+                use_binary_outputs=binary,
+            )
 
     return ServedModel
 
@@ -362,7 +420,131 @@ class BodyLimit:
         )
 
 
-async def _json(send, status, message):
+# The version every model is served as, TensorFlow Serving's `1/`.
+SERVED_VERSION = "1"
+# Routes that answer without a token: liveness and readiness only.
+HEALTH_ROUTES = ("/", "/v2/health/live", "/v2/health/ready")
+# KServe's routes that change what is served, and its OpenAPI pages: off
+# unless a flag turns them on.
+MANAGEMENT_PREFIX = "/v2/repository/"
+DOCS_ROUTES = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
+ACCESS = {
+    "token": None,
+    "model_management": False,
+    "docs": False,
+    "grpc_port": 0,
+}
+
+
+class Gate:
+    """ASGI middleware: what a stranger may call. Routes that change what
+    is served (`/v2/repository/...`) and the OpenAPI pages answer 404
+    unless turned on; with a token, every route but the health routes
+    needs `Authorization: Bearer TOKEN` (401 otherwise)."""
+
+    def __init__(self, app, access):
+        self.app, self.access = app, {**ACCESS, **access}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        off = None
+        if path.startswith(MANAGEMENT_PREFIX):
+            if not self.access["model_management"]:
+                off = "--enable-model-management"
+        elif path in DOCS_ROUTES and not self.access["docs"]:
+            off = "--enable-docs"
+        if off:
+            return await _json(
+                send, 404, f"Not served: {path} is off (turned on by {off})"
+            )
+        token = self.access["token"]
+        if token and path not in HEALTH_ROUTES:
+            headers = dict(scope.get("headers") or [])
+            given = headers.get(b"authorization", b"")
+            expected = b"Bearer " + token.encode("utf-8")
+            if not hmac.compare_digest(given, expected):
+                return await _json(
+                    send,
+                    401,
+                    "Unauthorized: this server needs "
+                    "'Authorization: Bearer <token>' (--auth-token-file)",
+                    [(b"www-authenticate", b"Bearer")],
+                )
+        return await self.app(scope, receive, send)
+
+
+class V2JsonBody:
+    """ASGI middleware: a v2 infer request without the binary extension's
+    `Inference-Header-Content-Length` is JSON, whatever its content type
+    (the protocol says so, and `tritonclient.http` sends none); KServe
+    parses it as JSON only under `application/json`."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path.startswith("/v2/models/") and path.endswith("/infer"):
+            headers = list(scope.get("headers") or [])
+            binary = b"inference-header-content-length"
+            if not any(k == binary for k, _ in headers):
+                headers = [(k, v) for k, v in headers if k != b"content-type"]
+                headers.append((b"content-type", b"application/json"))
+                scope = {**scope, "headers": headers}
+        return await self.app(scope, receive, send)
+
+
+class VersionRoutes:
+    """ASGI middleware: TensorFlow Serving's version and label routes
+    (`/v1/models/NAME/versions/N[:predict|/metadata]`, `.../labels/L...`)
+    for the one version each model is served as, `SERVED_VERSION`; any
+    other version or label is a 404 naming it."""
+
+    ROUTE = re.compile(r"/v1/models/([^/:]+)/(versions|labels)/([^/:]+)(.*)")
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        found = self.ROUTE.fullmatch(path)
+        if found:
+            name, kind, value, rest = found.groups()
+            if kind == "labels" or value != SERVED_VERSION:
+                what = "version" if kind == "versions" else "version label"
+                return await _json(
+                    send,
+                    404,
+                    f"Model {name!r} has no {what} {value!r}; served: "
+                    f"version {SERVED_VERSION}",
+                )
+            path = f"/v1/models/{name}{rest}"
+            scope = {**scope, "path": path, "raw_path": path.encode()}
+        return await self.app(scope, receive, send)
+
+
+def read_token(path):
+    """The bearer token in the file `path` (its one line), or `None`."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"Could not read --auth-token-file={path!r}: {err}"
+        ) from None
+    if not token or any(c.isspace() for c in token):
+        raise ValueError(
+            "Expected --auth-token-file to hold one token of printable "
+            f"characters without spaces. Received: --auth-token-file={path!r}"
+        )
+    return token
+
+
+async def _json(send, status, message, headers=()):
     body = json.dumps({"error": message}).encode("utf-8")
     await send(
         {
@@ -371,13 +553,14 @@ async def _json(send, status, message):
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
+                *headers,
             ],
         }
     )
     await send({"type": "http.response.body", "body": body})
 
 
-def add_tf_serving_routes(app, models, max_body_bytes):
+def add_tf_serving_routes(app, models, max_body_bytes, access=None):
     """TensorFlow Serving's status and metadata routes (KServe's own V1
     status answers `{"name", "ready"}`), registered before KServe's so
     that they take precedence, and the body limit."""
@@ -408,11 +591,24 @@ def add_tf_serving_routes(app, models, max_body_bytes):
     )
     app.add_exception_handler(_BodyTooLarge, too_large)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(V2JsonBody)
+    app.add_middleware(VersionRoutes)
+    app.add_middleware(Gate, access=access or {})  # outermost: first
 
 
-def serve(artifacts, host, port, allow_unsafe, limits, batching, log=print):
+def serve(
+    artifacts,
+    host,
+    port,
+    allow_unsafe,
+    limits,
+    batching,
+    log=print,
+    access=None,
+):
     """Load `artifacts` (`[(name, path)]`) and serve them until SIGTERM
-    or SIGINT, which finish the requests in flight and return 0."""
+    or SIGINT, which finish the requests in flight and return 0.
+    `access`: `ACCESS`'s keys (a bearer token, the routes turned on)."""
     names = [name for name, _ in artifacts]
     if len(set(names)) != len(names):
         raise ValueError(
@@ -426,10 +622,23 @@ def serve(artifacts, host, port, allow_unsafe, limits, batching, log=print):
             name, load_backend(path, allow_unsafe), limits, batching
         )
         log(f"loaded {name} from {path} in {time.perf_counter() - start:.1f} s")
-    return _run_server(models, host, port, limits, log)
+    return _run_server(models, host, port, limits, log, access or {})
 
 
-def _run_server(models, host, port, limits, log):
+def _grpc_services():
+    from keras_attn_cli import grpc_api
+
+    if grpc_api.has_tensorflow_serving_api():
+        return (
+            "TensorFlow Serving's PredictionService and ModelService, KServe v2"
+        )
+    return (
+        "KServe v2; TensorFlow Serving's gRPC API needs "
+        f"`{grpc_api.INSTALL_TF_SERVING_API}`"
+    )
+
+
+def _run_server(models, host, port, limits, log, access):
     import kserve
     from kserve.model_server import app
     from kserve.protocol.rest.server import RESTServer
@@ -439,7 +648,7 @@ def _run_server(models, host, port, limits, log):
     )
     for model in models.values():
         server.register_model(model)
-    add_tf_serving_routes(app, models, limits["max_body_bytes"])
+    add_tf_serving_routes(app, models, limits["max_body_bytes"], access)
     rest = RESTServer(
         "kserve.model_server:app",
         server.dataplane,
@@ -448,15 +657,38 @@ def _run_server(models, host, port, limits, log):
         grace_period=30,
     )
     rest.config.host = host
+    grpc_port = access.get("grpc_port", 0)
     stopping = []
     # uvicorn finishes the requests in flight on SIGTERM/SIGINT, then
     # raises the signal again: these handlers make that a clean exit.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda number, frame: stopping.append(number))
     log(
-        f"serving {sorted(models)} on http://{host}:{port} "
-        "(TensorFlow Serving's REST API: /v1/models/NAME[:predict|/metadata])"
+        f"serving {sorted(models)} on http://{host}:{port} (TensorFlow "
+        "Serving's REST API: /v1/models/NAME[:predict|/metadata]; KServe "
+        "v2: /v2/models/NAME[/infer])"
+        + (
+            f" and gRPC {host}:{grpc_port} ({_grpc_services()})"
+            if grpc_port
+            else ""
+        )
     )
-    asyncio.run(rest.start())
+
+    async def run():
+        rpc = None
+        if grpc_port:  # built in the loop it runs on
+            from keras_attn_cli import grpc_api
+
+            rpc = grpc_api.build_server(
+                models, server.dataplane, host, grpc_port, {**ACCESS, **access}
+            )
+            await rpc.start()
+        try:
+            await rest.start()
+        finally:
+            if rpc is not None:
+                await rpc.stop(grace=30)
+
+    asyncio.run(run())
     log("stopped")
     return 0

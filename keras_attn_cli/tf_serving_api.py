@@ -53,6 +53,10 @@ def parse_json(body):
         raise RequestError(
             f"Malformed JSON in the request body: {err}"
         ) from None
+    except RecursionError:
+        raise RequestError(
+            "Malformed JSON in the request body: nested too deep"
+        ) from None
 
 
 def _decode_string(value, where):

@@ -1,0 +1,336 @@
+"""`keras-attn serve`'s gRPC port: TensorFlow Serving's gRPC API and
+KServe's v2 gRPC inference on one server.
+
+TensorFlow Serving's `PredictionService` (`Predict`, `GetModelMetadata`)
+and `ModelService` (`GetModelStatus`) are the servicers that
+`tensorflow-serving-api` generates, implemented over the same models as
+the REST routes; KServe's `GRPCInferenceService` is KServe's own
+servicer. An interceptor keeps strangers out: the routes that change what
+is served are off unless turned on, and with a token every call but the
+health checks needs `authorization: Bearer TOKEN` in its metadata.
+"""
+
+import hmac
+
+import grpc
+import numpy as np
+
+from keras_attn_cli import open_inference as oip
+from keras_attn_cli import tf_serving_api as api
+
+# The one version each model is served as (TensorFlow Serving's `1/`).
+VERSION = 1  # serve.SERVED_VERSION
+# gRPC methods that answer without a token (liveness and readiness), and
+# those that change what is served.
+HEALTH_METHODS = (
+    "/inference.GRPCInferenceService/ServerLive",
+    "/inference.GRPCInferenceService/ServerReady",
+    "/inference.GRPCInferenceService/ModelReady",
+)
+MANAGEMENT_METHODS = (
+    "/inference.GRPCInferenceService/RepositoryModelLoad",
+    "/inference.GRPCInferenceService/RepositoryModelUnload",
+    "/tensorflow.serving.ModelService/HandleReloadConfigRequest",
+)
+
+
+def _dtypes():
+    from tensorflow.core.framework import types_pb2
+
+    return {
+        "float16": types_pb2.DT_HALF,
+        "float32": types_pb2.DT_FLOAT,
+        "float64": types_pb2.DT_DOUBLE,
+        "int8": types_pb2.DT_INT8,
+        "uint8": types_pb2.DT_UINT8,
+        "int16": types_pb2.DT_INT16,
+        "int32": types_pb2.DT_INT32,
+        "int64": types_pb2.DT_INT64,
+        "bool": types_pb2.DT_BOOL,
+        "string": types_pb2.DT_STRING,
+    }
+
+
+def _dtype_enum(name):
+    return _dtypes()["string" if name in ("object", "string") else name]
+
+
+def to_numpy(proto):
+    """A `TensorProto` as a NumPy array (strings as an object array of
+    bytes), or a `RequestError` for a dtype a text model does not take."""
+    names = {v: k for k, v in _dtypes().items()}
+    shape = [d.size for d in proto.tensor_shape.dim]
+    name = names.get(proto.dtype)
+    if name is None:
+        raise api.RequestError(f"Unsupported tensor dtype {proto.dtype}")
+    if name == "string":
+        array = np.array(list(proto.string_val), dtype=object)
+    elif proto.tensor_content:
+        array = np.frombuffer(proto.tensor_content, dtype=name)
+    else:
+        field = {
+            "float32": "float_val",
+            "float64": "double_val",
+            "int64": "int64_val",
+            "bool": "bool_val",
+            "float16": "half_val",
+        }.get(name, "int_val")
+        array = np.array(list(getattr(proto, field)), dtype=name)
+    count = int(np.prod(shape)) if shape else 1
+    if array.size == 1 and count != 1:  # one value, repeated
+        array = np.full(count, array.reshape(-1)[0], dtype=array.dtype)
+    if array.size != count:
+        raise api.RequestError(
+            f"Expected {count} values for shape {shape}. Received: {array.size}"
+        )
+    return array.reshape(shape)
+
+
+def from_numpy(array):
+    """A NumPy array (strings as bytes or text) as a `TensorProto`."""
+    from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2
+
+    array = np.asarray(array)
+    text = array.dtype.kind in "OSU"
+    proto = tensor_pb2.TensorProto(
+        dtype=_dtype_enum("string" if text else array.dtype.name),
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(
+            dim=[
+                tensor_shape_pb2.TensorShapeProto.Dim(size=d)
+                for d in array.shape
+            ]
+        ),
+    )
+    if text:
+        proto.string_val.extend(
+            v.encode("utf-8") if isinstance(v, str) else bytes(v)
+            for v in array.reshape(-1).tolist()
+        )
+    else:
+        proto.tensor_content = np.ascontiguousarray(array).tobytes()
+    return proto
+
+
+def signature_def_map(signatures):
+    """TensorFlow Serving's `SignatureDefMap` for our signatures."""
+    from tensorflow.core.framework import tensor_shape_pb2
+    from tensorflow.core.protobuf import meta_graph_pb2
+    from tensorflow_serving.apis import get_model_metadata_pb2
+
+    def info(name, dtype, shape):
+        unknown = shape is None
+        dims = [
+            tensor_shape_pb2.TensorShapeProto.Dim(size=-1 if d is None else d)
+            for d in (shape or [])
+        ]
+        return meta_graph_pb2.TensorInfo(
+            name=name,
+            dtype=_dtype_enum(dtype),
+            tensor_shape=tensor_shape_pb2.TensorShapeProto(
+                dim=dims, unknown_rank=unknown
+            ),
+        )
+
+    result = get_model_metadata_pb2.SignatureDefMap()
+    for key, signature in signatures.items():
+        definition = result.signature_def[key]
+        definition.method_name = "tensorflow/serving/predict"
+        for name, (dtype, shape) in signature.inputs.items():
+            definition.inputs[name].CopyFrom(info(name, dtype, shape))
+        for name, (dtype, shape) in signature.outputs.items():
+            definition.outputs[name].CopyFrom(info(name, dtype, shape))
+    return result
+
+
+def _servicers():
+    """TensorFlow Serving's two servicer classes over `models`."""
+    from tensorflow_serving.apis import (
+        get_model_metadata_pb2,
+        get_model_status_pb2,
+        model_service_pb2_grpc,
+        predict_pb2,
+        prediction_service_pb2_grpc,
+    )
+
+    async def find(models, spec, context):
+        """The served model `spec` names, or the call aborted with
+        NOT_FOUND (unknown model, version or label)."""
+        if spec.name not in models:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"Unknown model {spec.name!r}; served: {sorted(models)}",
+            )
+        if spec.HasField("version") and spec.version.value != VERSION:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"Model {spec.name!r} has no version {spec.version.value}; "
+                f"served: [{VERSION}]",
+            )
+        if spec.version_label:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"Model {spec.name!r} has no version label "
+                f"{spec.version_label!r}",
+            )
+        return models[spec.name]
+
+    def answer_spec(target, spec, signature):
+        target.name = spec.name
+        target.version.value = VERSION
+        target.signature_name = signature
+
+    class Prediction(prediction_service_pb2_grpc.PredictionServiceServicer):
+        def __init__(self, models):
+            self.models = models
+
+        async def Predict(self, request, context):
+            model = await find(self.models, request.model_spec, context)
+            signatures = model.backend.signatures
+            key = request.model_spec.signature_name or api.DEFAULT_SIGNATURE
+            if key not in signatures:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Unknown signature_name {key!r}; this model has "
+                    f"{sorted(signatures)}",
+                )
+            try:
+                tensors = []
+                for name, proto in request.inputs.items():
+                    array = to_numpy(proto)
+                    kind = "BYTES" if array.dtype == object else "?"
+                    if kind == "?":
+                        kind = oip.datatype(array.dtype)
+                    tensors.append((name, kind, array))
+                inputs = oip.parse_infer(tensors, signatures[key], model.limits)
+            except api.RequestError as err:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            try:
+                out = await model.run(key, inputs)
+            except Exception as err:  # the model's own failure, named
+                await context.abort(grpc.StatusCode.INTERNAL, str(err))
+            response = predict_pb2.PredictResponse()
+            answer_spec(response.model_spec, request.model_spec, key)
+            for name, array in out.items():
+                response.outputs[name].CopyFrom(from_numpy(array))
+            return response
+
+        async def GetModelMetadata(self, request, context):
+            model = await find(self.models, request.model_spec, context)
+            wanted = list(request.metadata_field)
+            if wanted != ["signature_def"]:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "Expected metadata_field ['signature_def']. "
+                    f"Received: {wanted}",
+                )
+            response = get_model_metadata_pb2.GetModelMetadataResponse()
+            answer_spec(response.model_spec, request.model_spec, "")
+            response.metadata["signature_def"].Pack(
+                signature_def_map(model.backend.signatures)
+            )
+            return response
+
+        async def Classify(self, request, context):
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "Classify takes tf.Example inputs; these models take text: "
+                "use Predict",
+            )
+
+        Regress = MultiInference = Classify
+
+    class Status(model_service_pb2_grpc.ModelServiceServicer):
+        def __init__(self, models):
+            self.models = models
+
+        async def GetModelStatus(self, request, context):
+            await find(self.models, request.model_spec, context)
+            response = get_model_status_pb2.GetModelStatusResponse()
+            status = response.model_version_status.add()
+            status.version = VERSION
+            status.state = get_model_status_pb2.ModelVersionStatus.AVAILABLE
+            return response
+
+    return Prediction, Status
+
+
+class Gate(grpc.aio.ServerInterceptor):
+    """The gRPC side of `serve.Gate`: management methods off unless
+    turned on, and a bearer token on every call but the health checks."""
+
+    def __init__(self, access):
+        self.access = access
+
+    async def intercept_service(self, continuation, details):
+        method = details.method
+        refusal = None
+        if method in MANAGEMENT_METHODS and not self.access["model_management"]:
+            refusal = (
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"{method} is off (turned on by --enable-model-management)",
+            )
+        token = self.access["token"]
+        if refusal is None and token and method not in HEALTH_METHODS:
+            metadata = dict(details.invocation_metadata or ())
+            given = str(metadata.get("authorization", "")).encode("utf-8")
+            expected = b"Bearer " + token.encode("utf-8")
+            if not hmac.compare_digest(given, expected):
+                refusal = (
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    "this server needs the metadata 'authorization: Bearer "
+                    "<token>' (--auth-token-file)",
+                )
+        if refusal is None:
+            return await continuation(details)
+        code, message = refusal
+
+        async def refuse(request, context):
+            await context.abort(code, message)
+
+        return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+# How to install `tensorflow-serving-api` beside `tensorflow-cpu`: its
+# wheel asks for `tensorflow`, a second TensorFlow; its modules need only
+# TensorFlow's protos, which `tensorflow-cpu` has.
+INSTALL_TF_SERVING_API = (
+    "pip install --no-deps 'tensorflow-serving-api>=2.21,<2.22'"
+)
+
+
+def has_tensorflow_serving_api():
+    import importlib.util
+
+    return importlib.util.find_spec("tensorflow_serving") is not None
+
+
+def build_server(models, dataplane, host, port, access):
+    """A `grpc.aio` server on `host:port` with TensorFlow Serving's and
+    KServe's v2 services over `models` (`{name: ServedModel}`)."""
+    from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
+    from kserve.protocol.grpc.servicer import InferenceServicer
+
+    server = grpc.aio.server(interceptors=(Gate(access),))
+    if has_tensorflow_serving_api():
+        from tensorflow_serving.apis import (
+            model_service_pb2_grpc,
+            prediction_service_pb2_grpc,
+        )
+
+        Prediction, Status = _servicers()
+        prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+            Prediction(models), server
+        )
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(
+            Status(models), server
+        )
+    grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        InferenceServicer(dataplane, None), server
+    )
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if not bound:
+        raise ValueError(
+            f"Could not listen on {host}:{port} for gRPC. Received: "
+            f"--grpc-port={port}"
+        )
+    return server
