@@ -354,7 +354,7 @@ def test_a_memory_failure_names_itself_and_the_server_goes_on(tmp_path):
     class Greedy(tf.Module):
         @tf.function(input_signature=[spec])
         def huge(self, text):  # a constant folded, then not held
-            extra = tf.reduce_sum(tf.fill([2**21, 2**21], 1.0)) * 0.0
+            extra = tf.reduce_sum(tf.fill([2**31, 2**31], 1.0)) * 0.0
             return {"probability": self.small(text)["probability"] + extra}
 
         @tf.function(input_signature=[spec])
@@ -369,7 +369,7 @@ def test_a_memory_failure_names_itself_and_the_server_goes_on(tmp_path):
         path,
         signatures={"serving_default": module.huge, "small": module.small},
     )
-    asked = f"the model asked for {2**42 * 4:,} bytes"
+    asked = f"the model asked for {2**62 * 4:,} bytes"
     done = subprocess.run(
         [sys.executable, "-m", "keras_attn_cli", "predict", path, "a film"],
         cwd=ROOT,
