@@ -45,6 +45,8 @@ HEADERS = {
     "requests_per_s": "requests/s",
     "p50_ms": "p50 ms",
     "p99_ms": "p99 ms",
+    "p90_ms": "p90 ms",
+    "p50_over_rest": "p50 vs REST",
     "throughput_ratio": "throughput vs 1 client",
 }
 

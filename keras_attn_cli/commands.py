@@ -427,7 +427,7 @@ def _align(args):
 
 
 def _serve(args):
-    from keras_attn_cli import SERVE_FLAGS, models, serve
+    from keras_attn_cli import SERVE_FLAGS, http_routes, models, serve
 
     for flag, kind, _, _ in SERVE_FLAGS:
         value = getattr(args, flag[2:].replace("-", "_"))
@@ -469,7 +469,7 @@ def _serve(args):
         batching,
         log=lambda line: print(f"keras-attn serve: {line}", flush=True),
         access={
-            "token": serve.read_token(args.auth_token_file),
+            "token": http_routes.read_token(args.auth_token_file),
             "model_management": args.enable_model_management,
             "docs": args.enable_docs,
             "grpc_port": args.grpc_port,

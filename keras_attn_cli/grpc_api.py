@@ -19,7 +19,7 @@ from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
 
 # The one version each model is served as (TensorFlow Serving's `1/`).
-VERSION = 1  # serve.SERVED_VERSION
+VERSION = 1  # http_routes.SERVED_VERSION
 # gRPC methods that answer without a token (liveness and readiness), and
 # those that change what is served.
 HEALTH_METHODS = (
@@ -255,7 +255,7 @@ def _servicers():
 
 
 class Gate(grpc.aio.ServerInterceptor):
-    """The gRPC side of `serve.Gate`: management methods off unless
+    """The gRPC side of `http_routes.Gate`: management methods off unless
     turned on, and a bearer token on every call but the health checks."""
 
     def __init__(self, access):

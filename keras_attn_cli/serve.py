@@ -1,28 +1,28 @@
-"""`keras-attn serve`: TensorFlow Serving's REST API on KServe's model
-server, with requests merged into batches.
+"""`keras-attn serve`: models on KServe's model server, for TensorFlow
+Serving's and KServe's clients, with requests merged into batches.
 
 KServe's `ModelServer` (the `kserve` package, `pip install
-'keras_attn[serve]'`) runs the HTTP server (uvicorn and FastAPI), health
-and Prometheus metrics; its V1 predict route is TensorFlow Serving's.
-This module adds what a TensorFlow Serving client also calls (a model's
-status and metadata), the limits, and one `ServedModel` per model over
+'keras_attn[serve]'`) runs the HTTP server (uvicorn and FastAPI), health,
+Prometheus metrics and KServe's v2 protocol; its V1 predict route is
+TensorFlow Serving's. This module holds one `ServedModel` per model over
 one of three backends: a SavedModel (through the op allowlist), a
 `.tflite` (through `keras_attn_runtime`, without TensorFlow) or a
-`.keras` file. The request and response rules are
-`keras_attn_cli.tf_serving_api`'s.
+`.keras` file, and starts the servers. The request and response rules are
+`keras_attn_cli.tf_serving_api`'s and `keras_attn_cli.open_inference`'s;
+the HTTP routes KServe lacks and the gate are `keras_attn_cli.
+http_routes`'; the gRPC services are `keras_attn_cli.grpc_api`'s.
 """
 
 import asyncio
 import concurrent.futures
-import hmac
 import json
 import os
-import re
 import signal
 import time
 
 import numpy as np
 
+from keras_attn_cli import http_routes
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
 
@@ -377,225 +377,6 @@ def _model_error(err):
     return f"The model failed to run: {_op_error_line(str(err))}"
 
 
-# --- The HTTP side: routes and limits that KServe does not have. ---
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-class BodyLimit:
-    """ASGI middleware refusing a request body over `max_bytes` with a
-    413, from its Content-Length before reading it, or as soon as a body
-    sent in chunks goes past the limit."""
-
-    def __init__(self, app, max_bytes):
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit():
-            if int(declared) > self.max_bytes:
-                return await _json(send, 413, self._message(int(declared)))
-        seen = 0
-
-        async def limited():
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise _BodyTooLarge(self._message(seen, at_least=True))
-            return message
-
-        return await self.app(scope, limited, send)
-
-    def _message(self, size, at_least=False):
-        return (
-            f"Request body too large: at most {self.max_bytes} bytes "
-            f"(--max-body-bytes). Received: {'over ' if at_least else ''}"
-            f"{size} bytes"
-        )
-
-
-# The version every model is served as, TensorFlow Serving's `1/`.
-SERVED_VERSION = "1"
-# Routes that answer without a token: liveness and readiness only.
-HEALTH_ROUTES = ("/", "/v2/health/live", "/v2/health/ready")
-# KServe's routes that change what is served, and its OpenAPI pages: off
-# unless a flag turns them on.
-MANAGEMENT_PREFIX = "/v2/repository/"
-DOCS_ROUTES = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
-ACCESS = {
-    "token": None,
-    "model_management": False,
-    "docs": False,
-    "grpc_port": 0,
-}
-
-
-class Gate:
-    """ASGI middleware: what a stranger may call. Routes that change what
-    is served (`/v2/repository/...`) and the OpenAPI pages answer 404
-    unless turned on; with a token, every route but the health routes
-    needs `Authorization: Bearer TOKEN` (401 otherwise)."""
-
-    def __init__(self, app, access):
-        self.app, self.access = app, {**ACCESS, **access}
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        path = scope.get("path", "")
-        off = None
-        if path.startswith(MANAGEMENT_PREFIX):
-            if not self.access["model_management"]:
-                off = "--enable-model-management"
-        elif path in DOCS_ROUTES and not self.access["docs"]:
-            off = "--enable-docs"
-        if off:
-            return await _json(
-                send, 404, f"Not served: {path} is off (turned on by {off})"
-            )
-        token = self.access["token"]
-        if token and path not in HEALTH_ROUTES:
-            headers = dict(scope.get("headers") or [])
-            given = headers.get(b"authorization", b"")
-            expected = b"Bearer " + token.encode("utf-8")
-            if not hmac.compare_digest(given, expected):
-                return await _json(
-                    send,
-                    401,
-                    "Unauthorized: this server needs "
-                    "'Authorization: Bearer <token>' (--auth-token-file)",
-                    [(b"www-authenticate", b"Bearer")],
-                )
-        return await self.app(scope, receive, send)
-
-
-class V2JsonBody:
-    """ASGI middleware: a v2 infer request without the binary extension's
-    `Inference-Header-Content-Length` is JSON, whatever its content type
-    (the protocol says so, and `tritonclient.http` sends none); KServe
-    parses it as JSON only under `application/json`."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path.startswith("/v2/models/") and path.endswith("/infer"):
-            headers = list(scope.get("headers") or [])
-            binary = b"inference-header-content-length"
-            if not any(k == binary for k, _ in headers):
-                headers = [(k, v) for k, v in headers if k != b"content-type"]
-                headers.append((b"content-type", b"application/json"))
-                scope = {**scope, "headers": headers}
-        return await self.app(scope, receive, send)
-
-
-class VersionRoutes:
-    """ASGI middleware: TensorFlow Serving's version and label routes
-    (`/v1/models/NAME/versions/N[:predict|/metadata]`, `.../labels/L...`)
-    for the one version each model is served as, `SERVED_VERSION`; any
-    other version or label is a 404 naming it."""
-
-    ROUTE = re.compile(r"/v1/models/([^/:]+)/(versions|labels)/([^/:]+)(.*)")
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        found = self.ROUTE.fullmatch(path)
-        if found:
-            name, kind, value, rest = found.groups()
-            if kind == "labels" or value != SERVED_VERSION:
-                what = "version" if kind == "versions" else "version label"
-                return await _json(
-                    send,
-                    404,
-                    f"Model {name!r} has no {what} {value!r}; served: "
-                    f"version {SERVED_VERSION}",
-                )
-            path = f"/v1/models/{name}{rest}"
-            scope = {**scope, "path": path, "raw_path": path.encode()}
-        return await self.app(scope, receive, send)
-
-
-def read_token(path):
-    """The bearer token in the file `path` (its one line), or `None`."""
-    if path is None:
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(
-            f"Could not read --auth-token-file={path!r}: {err}"
-        ) from None
-    if not token or any(c.isspace() for c in token):
-        raise ValueError(
-            "Expected --auth-token-file to hold one token of printable "
-            f"characters without spaces. Received: --auth-token-file={path!r}"
-        )
-    return token
-
-
-async def _json(send, status, message, headers=()):
-    body = json.dumps({"error": message}).encode("utf-8")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-def add_tf_serving_routes(app, models, max_body_bytes, access=None):
-    """TensorFlow Serving's status and metadata routes (KServe's own V1
-    status answers `{"name", "ready"}`), registered before KServe's so
-    that they take precedence, and the body limit."""
-    from fastapi.responses import JSONResponse
-
-    def find(name):
-        if name not in models:
-            return None, JSONResponse(
-                {"error": f"Unknown model {name!r}; served: {sorted(models)}"},
-                status_code=404,
-            )
-        return models[name], None
-
-    async def model_status(model_name: str):
-        _, missing = find(model_name)
-        return missing or api.status()
-
-    async def model_metadata(model_name: str):
-        model, missing = find(model_name)
-        return missing or api.metadata(model_name, model.backend.signatures)
-
-    async def too_large(_, exc):
-        return JSONResponse({"error": str(exc)}, status_code=413)
-
-    app.add_api_route("/v1/models/{model_name}", model_status, methods=["GET"])
-    app.add_api_route(
-        "/v1/models/{model_name}/metadata", model_metadata, methods=["GET"]
-    )
-    app.add_exception_handler(_BodyTooLarge, too_large)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.add_middleware(V2JsonBody)
-    app.add_middleware(VersionRoutes)
-    app.add_middleware(Gate, access=access or {})  # outermost: first
-
-
 def serve(
     artifacts,
     host,
@@ -608,7 +389,8 @@ def serve(
 ):
     """Load `artifacts` (`[(name, path)]`) and serve them until SIGTERM
     or SIGINT, which finish the requests in flight and return 0.
-    `access`: `ACCESS`'s keys (a bearer token, the routes turned on)."""
+    `access`: `http_routes.ACCESS`'s keys (a bearer token, the routes
+    turned on, the gRPC port)."""
     names = [name for name, _ in artifacts]
     if len(set(names)) != len(names):
         raise ValueError(
@@ -622,7 +404,8 @@ def serve(
             name, load_backend(path, allow_unsafe), limits, batching
         )
         log(f"loaded {name} from {path} in {time.perf_counter() - start:.1f} s")
-    return _run_server(models, host, port, limits, log, access or {})
+    access = {**http_routes.ACCESS, **(access or {})}
+    return _run_server(models, host, port, limits, log, access)
 
 
 def _grpc_services():
@@ -648,7 +431,9 @@ def _run_server(models, host, port, limits, log, access):
     )
     for model in models.values():
         server.register_model(model)
-    add_tf_serving_routes(app, models, limits["max_body_bytes"], access)
+    http_routes.add_tf_serving_routes(
+        app, models, limits["max_body_bytes"], access
+    )
     rest = RESTServer(
         "kserve.model_server:app",
         server.dataplane,
@@ -680,7 +465,7 @@ def _run_server(models, host, port, limits, log, access):
             from keras_attn_cli import grpc_api
 
             rpc = grpc_api.build_server(
-                models, server.dataplane, host, grpc_port, {**ACCESS, **access}
+                models, server.dataplane, host, grpc_port, access
             )
             await rpc.start()
         try:
