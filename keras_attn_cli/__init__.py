@@ -257,6 +257,12 @@ COMMANDS = (
                 for flag, kind, default, text in SERVE_FLAGS
             ),
             _flag(
+                "--model-versions",
+                default="latest",
+                help="of a folder of numbered versions (MODEL/1/, MODEL/2/): "
+                "latest, all or N,M (default: latest)",
+            ),
+            _flag(
                 "--auth-token-file",
                 default=None,
                 help="a file holding a bearer token that every route but "

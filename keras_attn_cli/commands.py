@@ -457,7 +457,9 @@ def _serve(args):
             for name in sorted(os.listdir(root))
             if os.path.isdir(os.path.join(root, name))
         ]
-    artifacts = [serve.served_artifact(v, root) for v in values]
+    artifacts = [
+        serve.served_versions(v, root, args.model_versions) for v in values
+    ]
     limits = {key: getattr(args, key) for key in serve.LIMITS}
     batching = {key: getattr(args, key) for key in serve.BATCHING}
     return serve.serve(

@@ -17,9 +17,8 @@ import numpy as np
 
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
+from keras_attn_cli.http_routes import version_table
 
-# The one version each model is served as (TensorFlow Serving's `1/`).
-VERSION = 1  # http_routes.SERVED_VERSION
 # gRPC methods that answer without a token (liveness and readiness), and
 # those that change what is served.
 HEALTH_METHODS = (
@@ -153,30 +152,37 @@ def _servicers():
     )
 
     async def find(models, spec, context):
-        """The served model `spec` names, or the call aborted with
-        NOT_FOUND (unknown model, version or label)."""
-        if spec.name not in models:
+        """The served model `spec` names (its version, or the latest), or
+        the call aborted with NOT_FOUND (unknown model, version or
+        label)."""
+        versions = version_table(models)
+        if spec.name not in versions:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,
-                f"Unknown model {spec.name!r}; served: {sorted(models)}",
+                f"Unknown model {spec.name!r}; served: {sorted(versions)}",
             )
-        if spec.HasField("version") and spec.version.value != VERSION:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"Model {spec.name!r} has no version {spec.version.value}; "
-                f"served: [{VERSION}]",
-            )
+        served = versions[spec.name]
         if spec.version_label:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,
                 f"Model {spec.name!r} has no version label "
                 f"{spec.version_label!r}",
             )
-        return models[spec.name]
+        if spec.HasField("version"):
+            key = served.get(str(spec.version.value))
+            if key is None:
+                await context.abort(
+                    grpc.StatusCode.NOT_FOUND,
+                    f"Model {spec.name!r} has no version "
+                    f"{spec.version.value}; served: "
+                    f"{sorted(int(v) for v in served)}",
+                )
+            return models[key]
+        return models[spec.name]  # the latest
 
-    def answer_spec(target, spec, signature):
-        target.name = spec.name
-        target.version.value = VERSION
+    def answer_spec(target, model, signature):
+        target.name = model.public_name
+        target.version.value = model.version
         target.signature_name = signature
 
     class Prediction(prediction_service_pb2_grpc.PredictionServiceServicer):
@@ -209,7 +215,7 @@ def _servicers():
             except Exception as err:  # the model's own failure, named
                 await context.abort(grpc.StatusCode.INTERNAL, str(err))
             response = predict_pb2.PredictResponse()
-            answer_spec(response.model_spec, request.model_spec, key)
+            answer_spec(response.model_spec, model, key)
             for name, array in out.items():
                 response.outputs[name].CopyFrom(from_numpy(array))
             return response
@@ -224,7 +230,7 @@ def _servicers():
                     f"Received: {wanted}",
                 )
             response = get_model_metadata_pb2.GetModelMetadataResponse()
-            answer_spec(response.model_spec, request.model_spec, "")
+            answer_spec(response.model_spec, model, "")
             response.metadata["signature_def"].Pack(
                 signature_def_map(model.backend.signatures)
             )
@@ -244,11 +250,15 @@ def _servicers():
             self.models = models
 
         async def GetModelStatus(self, request, context):
-            await find(self.models, request.model_spec, context)
+            spec = request.model_spec
+            model = await find(self.models, spec, context)
+            served = version_table(self.models)[spec.name]
+            numbers = [model.version] if spec.HasField("version") else served
             response = get_model_status_pb2.GetModelStatusResponse()
-            status = response.model_version_status.add()
-            status.version = VERSION
-            status.state = get_model_status_pb2.ModelVersionStatus.AVAILABLE
+            for version in sorted((int(v) for v in numbers), reverse=True):
+                status = response.model_version_status.add()
+                status.version = version
+                status.state = get_model_status_pb2.ModelVersionStatus.AVAILABLE
             return response
 
     return Prediction, Status

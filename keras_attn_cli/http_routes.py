@@ -54,8 +54,6 @@ class BodyLimit:
         )
 
 
-# The version every model is served as, TensorFlow Serving's `1/`.
-SERVED_VERSION = "1"
 # Routes that answer without a token: liveness and readiness only.
 HEALTH_ROUTES = ("/", "/v2/health/live", "/v2/health/ready")
 # KServe's routes that change what is served, and its OpenAPI pages: off
@@ -130,31 +128,45 @@ class V2JsonBody:
         return await self.app(scope, receive, send)
 
 
+def version_table(models):
+    """`{name: {version: registered name}}` of the served models (KServe
+    registers a model's latest version under its name, the others as
+    `name@version`)."""
+    table = {}
+    for key, model in models.items():
+        table.setdefault(model.public_name, {})[str(model.version)] = key
+    return table
+
+
 class VersionRoutes:
     """ASGI middleware: TensorFlow Serving's version and label routes
     (`/v1/models/NAME/versions/N[:predict|/metadata]`, `.../labels/L...`)
-    for the one version each model is served as, `SERVED_VERSION`; any
-    other version or label is a 404 naming it."""
+    and KServe v2's (`/v2/models/NAME/versions/N/...`), each sent on to
+    the model registered for that version; a version not served, or a
+    label, is a 404 naming it."""
 
-    ROUTE = re.compile(r"/v1/models/([^/:]+)/(versions|labels)/([^/:]+)(.*)")
+    ROUTE = re.compile(
+        r"/(v1|v2)/models/([^/:]+)/(versions|labels)/([^/:]+)(.*)"
+    )
 
-    def __init__(self, app):
-        self.app = app
+    def __init__(self, app, versions):
+        self.app, self.versions = app, versions
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "") if scope["type"] == "http" else ""
         found = self.ROUTE.fullmatch(path)
         if found:
-            name, kind, value, rest = found.groups()
-            if kind == "labels" or value != SERVED_VERSION:
+            protocol, name, kind, value, rest = found.groups()
+            served = self.versions.get(name, {})
+            if kind == "labels" or value not in served:
                 what = "version" if kind == "versions" else "version label"
                 return await _json(
                     send,
                     404,
                     f"Model {name!r} has no {what} {value!r}; served: "
-                    f"version {SERVED_VERSION}",
+                    f"versions {sorted(served, key=int)}",
                 )
-            path = f"/v1/models/{name}{rest}"
+            path = f"/{protocol}/models/{served[value]}{rest}"
             scope = {**scope, "path": path, "raw_path": path.encode()}
         return await self.app(scope, receive, send)
 
@@ -208,13 +220,21 @@ def add_tf_serving_routes(app, models, max_body_bytes, access=None):
             )
         return models[name], None
 
+    versions = version_table(models)
+
     async def model_status(model_name: str):
-        _, missing = find(model_name)
-        return missing or api.status()
+        model, missing = find(model_name)
+        if missing:
+            return missing
+        if "@" in model_name:  # one version, asked for by its number
+            return api.status([model.version])
+        return api.status(versions[model.public_name])
 
     async def model_metadata(model_name: str):
         model, missing = find(model_name)
-        return missing or api.metadata(model_name, model.backend.signatures)
+        return missing or api.metadata(
+            model.public_name, model.backend.signatures, str(model.version)
+        )
 
     async def too_large(_, exc):
         return JSONResponse({"error": str(exc)}, status_code=413)
@@ -226,5 +246,5 @@ def add_tf_serving_routes(app, models, max_body_bytes, access=None):
     app.add_exception_handler(_BodyTooLarge, too_large)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(V2JsonBody)
-    app.add_middleware(VersionRoutes)
+    app.add_middleware(VersionRoutes, versions=versions)
     app.add_middleware(Gate, access=access or {})  # outermost: first

@@ -204,6 +204,48 @@ def served_artifact(value, models_root):
     )
 
 
+def served_versions(value, models_root, choice="latest"):
+    """`(name, {version: path})` of what `keras-attn serve` serves for
+    `value`: a folder of numbered versions (`MODEL/1/`, `MODEL/2/`, each
+    what `served_artifact` takes), as TensorFlow Serving lays them out,
+    with the versions `choice` picks (`"latest"`, `"all"` or `"N,M"`);
+    anything else is version 1."""
+    path = value
+    if not os.path.exists(path) and os.sep not in value and models_root:
+        path = os.path.join(models_root, value)
+    numbered = []
+    if os.path.isdir(path):
+        numbered = sorted(
+            int(entry)
+            for entry in os.listdir(path)
+            if entry.isdigit() and os.path.isdir(os.path.join(path, entry))
+        )
+    if not numbered:
+        name, artifact = served_artifact(value, models_root)
+        found = {1: artifact}
+    else:
+        name = os.path.basename(os.path.abspath(path))
+        found = {
+            v: served_artifact(os.path.join(path, str(v)), None)[1]
+            for v in numbered
+        }
+    if choice == "latest":
+        return name, {max(found): found[max(found)]}
+    if choice == "all":
+        return name, found
+    try:
+        wanted = sorted({int(v) for v in choice.split(",")})
+    except ValueError:
+        wanted = None
+    if not wanted or any(v not in found for v in wanted):
+        raise ValueError(
+            "Expected --model-versions to be latest, all or versions of "
+            f"{name!r} ({sorted(found)}), comma-separated. Received: "
+            f"--model-versions={choice}"
+        )
+    return name, {v: found[v] for v in wanted}
+
+
 # --- Batching: concurrent requests merged into one model call. ---
 
 
@@ -275,9 +317,12 @@ def _kserve_model_class():
     class ServedModel(kserve.Model):
         """One model behind TensorFlow Serving's predict API."""
 
-        def __init__(self, name, backend, limits, batching):
+        def __init__(self, name, backend, limits, batching, version=1):
             super().__init__(name)
             self.backend, self.limits = backend, limits
+            # The name clients use and the version: KServe registers the
+            # latest version as `name`, the others as `name@version`.
+            self.public_name, self.version = name.split("@")[0], version
             self.executor = concurrent.futures.ThreadPoolExecutor(1)
             self.batchers = {
                 key: Batcher(
@@ -387,10 +432,10 @@ def serve(
     log=print,
     access=None,
 ):
-    """Load `artifacts` (`[(name, path)]`) and serve them until SIGTERM
-    or SIGINT, which finish the requests in flight and return 0.
-    `access`: `http_routes.ACCESS`'s keys (a bearer token, the routes
-    turned on, the gRPC port)."""
+    """Load `artifacts` (`[(name, {version: path})]`, or `(name, path)`
+    for version 1) and serve them until SIGTERM or SIGINT, which finish
+    the requests in flight and return 0. `access`: `http_routes.ACCESS`'s
+    keys (a bearer token, the routes turned on, the gRPC port)."""
     names = [name for name, _ in artifacts]
     if len(set(names)) != len(names):
         raise ValueError(
@@ -398,12 +443,17 @@ def serve(
         )
     ServedModel = _kserve_model_class()
     models = {}
-    for name, path in artifacts:
-        start = time.perf_counter()
-        models[name] = ServedModel(
-            name, load_backend(path, allow_unsafe), limits, batching
-        )
-        log(f"loaded {name} from {path} in {time.perf_counter() - start:.1f} s")
+    for name, versions in artifacts:
+        if isinstance(versions, str):
+            versions = {1: versions}
+        latest = max(versions)
+        for version, path in sorted(versions.items()):
+            key = name if version == latest else f"{name}@{version}"
+            start = time.perf_counter()
+            backend = load_backend(path, allow_unsafe)
+            models[key] = ServedModel(key, backend, limits, batching, version)
+            took = time.perf_counter() - start
+            log(f"loaded {name} version {version} from {path} in {took:.1f} s")
     access = {**http_routes.ACCESS, **(access or {})}
     return _run_server(models, host, port, limits, log, access)
 

@@ -237,15 +237,17 @@ def format_predict(outputs, form):
     }
 
 
-def status(version="1"):
-    """`GET /v1/models/NAME`: one version, available."""
+def status(versions=("1",)):
+    """`GET /v1/models/NAME`: the versions served, each available, the
+    newest first."""
     return {
         "model_version_status": [
             {
-                "version": version,
+                "version": str(version),
                 "state": "AVAILABLE",
                 "status": {"error_code": "OK", "error_message": ""},
             }
+            for version in sorted(versions, key=int, reverse=True)
         ]
     }
 

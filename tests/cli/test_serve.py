@@ -716,3 +716,112 @@ def test_the_client_examples_in_the_docs_run_as_written(served):
         assert done.returncode == 0, done.stderr[-2000:]
         value = float(re.findall(r"[\d.]+(?:e-?\d+)?", done.stdout)[-1])
         assert 0.5 < value <= 1.0, done.stdout  # "A wonderful film."
+
+
+def versioned_folder(root):
+    """`root/scorer/1/` and `root/scorer/2/`: SavedModels whose answer is
+    the text's length times their version."""
+    import tensorflow as tf
+
+    for version in (1, 2):
+
+        class Scorer(tf.Module):
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+            def serve(self, text, version=version):
+                n = tf.cast(tf.strings.length(text), tf.float32)
+                return {"score": n * float(version)}
+
+        module = Scorer()
+        tf.saved_model.save(
+            module,
+            str(root / "scorer" / str(version)),
+            signatures={"serving_default": module.serve},
+        )
+    return str(root / "scorer")
+
+
+def test_numbered_versions_are_served_as_tensorflow_serving_serves_them(
+    tmp_path,
+):
+    pytest.importorskip("tensorflow_serving")
+    import grpc
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    folder = versioned_folder(tmp_path)
+    body = json.dumps({"instances": ["abcd"]}).encode()
+    proc, port = start(folder, "--model-versions", "all")
+    try:
+        status, answer = get(port, "/v1/models/scorer")
+        assert [v["version"] for v in answer["model_version_status"]] == [
+            "2",
+            "1",
+        ]
+        assert post(port, "scorer", {"instances": ["abcd"]})[1] == {
+            "predictions": [8.0]
+        }
+        for version, score in (("1", 4.0), ("2", 8.0)):
+            route = f"/v1/models/scorer/versions/{version}"
+            status, answer = request(port, "POST", route + ":predict", body)
+            assert status == 200 and answer["predictions"] == [score]
+            status, answer = get(port, route + "/metadata")
+            assert answer["model_spec"]["version"] == version
+            infer = {
+                "inputs": [
+                    {
+                        "name": "text",
+                        "datatype": "BYTES",
+                        "shape": [1],
+                        "data": ["abcd"],
+                    }
+                ]
+            }
+            status, answer = request(
+                port,
+                "POST",
+                f"/v2/models/scorer/versions/{version}/infer",
+                json.dumps(infer).encode(),
+                {"Content-Type": "application/json"},
+            )
+            assert status == 200 and answer["outputs"][0]["data"] == [score]
+        status, answer = request(
+            port, "POST", "/v1/models/scorer/versions/3:predict", body
+        )
+        assert status == 404 and "no version '3'" in answer["error"]
+        with grpc.insecure_channel(f"127.0.0.1:{proc.grpc_port}") as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            for version, score in ((None, 8.0), (1, 4.0)):
+                call = predict_pb2.PredictRequest()
+                call.model_spec.name = "scorer"
+                if version is not None:
+                    call.model_spec.version.value = version
+                call.inputs["text"].CopyFrom(tf.make_tensor_proto(["abcd"]))
+                answer = stub.Predict(call, timeout=60)
+                assert answer.model_spec.version.value == (version or 2)
+                assert tf.make_ndarray(answer.outputs["score"]).tolist() == [
+                    score
+                ]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    proc, port = start(folder)  # the latest only, by default
+    try:
+        status, answer = get(port, "/v1/models/scorer")
+        assert [v["version"] for v in answer["model_version_status"]] == ["2"]
+        status, _ = request(
+            port, "POST", "/v1/models/scorer/versions/1:predict", body
+        )
+        assert status == 404
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_attn_cli", "serve", folder]
+        + ["--model-versions", "1,5", "--grpc-port", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    assert "--model-versions=1,5" in done.stderr, done.stderr
