@@ -19,6 +19,9 @@ from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
 from keras_attn_cli.http_routes import version_table
 
+# The most values one value may fill (TensorFlow's rule for a tensor
+# proto holding fewer values than its shape), far past any request limit.
+MAX_REPEATED = 1 << 16
 # gRPC methods that answer without a token (liveness and readiness), and
 # those that change what is served.
 HEALTH_METHODS = (
@@ -75,8 +78,15 @@ def to_numpy(proto):
             "float16": "half_val",
         }.get(name, "int_val")
         array = np.array(list(getattr(proto, field)), dtype=name)
-    count = int(np.prod(shape)) if shape else 1
-    if array.size == 1 and count != 1:  # one value, repeated
+    count = 1
+    for d in shape:
+        count *= d
+    if array.size == 1 and count != 1:  # one value, repeated (TensorFlow's)
+        if count > MAX_REPEATED:
+            raise api.RequestError(
+                f"Expected at most {MAX_REPEATED} values for one value "
+                f"repeated. Received: shape {shape}"
+            )
         array = np.full(count, array.reshape(-1)[0], dtype=array.dtype)
     if array.size != count:
         raise api.RequestError(
@@ -291,7 +301,7 @@ class Gate(grpc.aio.ServerInterceptor):
                     "<token>' (--auth-token-file)",
                 )
         if refusal is None:
-            return await continuation(details)
+            return _refusing_malformed(await continuation(details))
         code, message = refusal
 
         async def refuse(request, context):
@@ -314,13 +324,56 @@ def has_tensorflow_serving_api():
     return importlib.util.find_spec("tensorflow_serving") is not None
 
 
+class _Malformed:
+    """A request message that did not parse, and why."""
+
+    def __init__(self, reason):
+        self.reason = reason
+
+
+def _refusing_malformed(handler):
+    """`handler` (a unary call's), answering a request message that does
+    not parse with INVALID_ARGUMENT naming the problem (gRPC's own answer
+    is UNKNOWN)."""
+    if handler is None or handler.unary_unary is None:
+        return handler
+    parse, behavior = handler.request_deserializer, handler.unary_unary
+
+    def safe_parse(data):
+        try:
+            return parse(data) if parse else data
+        except Exception as err:  # DecodeError and kin: the client's
+            return _Malformed(f"{type(err).__name__}: {err}")
+
+    async def guarded(request, context):
+        if isinstance(request, _Malformed):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Malformed request message ({request.reason})",
+            )
+        answer = behavior(request, context)
+        return await answer if hasattr(answer, "__await__") else answer
+
+    return grpc.unary_unary_rpc_method_handler(
+        guarded,
+        request_deserializer=safe_parse,
+        response_serializer=handler.response_serializer,
+    )
+
+
 def build_server(models, dataplane, host, port, access):
     """A `grpc.aio` server on `host:port` with TensorFlow Serving's and
     KServe's v2 services over `models` (`{name: ServedModel}`)."""
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
+
+    # KServe's errors (unknown model, bad input) become their status
+    # codes, as on KServe's own gRPC server.
+    from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
     from kserve.protocol.grpc.servicer import InferenceServicer
 
-    server = grpc.aio.server(interceptors=(Gate(access),))
+    server = grpc.aio.server(
+        interceptors=(Gate(access), ExceptionToStatusInterceptor())
+    )
     if has_tensorflow_serving_api():
         from tensorflow_serving.apis import (
             model_service_pb2_grpc,

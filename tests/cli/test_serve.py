@@ -825,3 +825,68 @@ def test_numbered_versions_are_served_as_tensorflow_serving_serves_them(
     )
     assert done.returncode == 2
     assert "--model-versions=1,5" in done.stderr, done.stderr
+
+
+# gRPC codes a client's own mistake may get; never UNKNOWN or INTERNAL.
+CLIENT_ERRORS = {"INVALID_ARGUMENT", "NOT_FOUND", "UNIMPLEMENTED"}
+
+
+def hostile_grpc_calls():
+    """`(method, request bytes)` no client should send: bytes that are no
+    message, and messages that parse but do not fit the model."""
+    import tensorflow as tf
+    from kserve.protocol.grpc import grpc_predict_v2_pb2 as v2
+    from tensorflow_serving.apis import predict_pb2
+
+    predict = "/tensorflow.serving.PredictionService/Predict"
+    infer = "/inference.GRPCInferenceService/ModelInfer"
+    calls = [(m, b"\xff\xfe\x00garbage") for m in (predict, infer)]
+    calls += [(m, b"\x0a\x05hello") for m in (predict, infer)]
+
+    def tf_call(change):
+        call = predict_pb2.PredictRequest()
+        call.model_spec.name = "imdb_ssa"
+        call.inputs["text"].CopyFrom(tf.make_tensor_proto(["a film"]))
+        change(call)
+        return predict, call.SerializeToString()
+
+    calls += [
+        tf_call(lambda c: c.inputs["text"].string_val.append(b"more")),
+        tf_call(lambda c: c.inputs["text"].tensor_shape.dim.add(size=2**40)),
+        tf_call(lambda c: c.inputs["other"].CopyFrom(c.inputs["text"])),
+        tf_call(lambda c: c.inputs["text"].__setattr__("dtype", 999)),
+        tf_call(lambda c: c.model_spec.__setattr__("signature_name", "x")),
+        tf_call(lambda c: c.inputs.pop("text")),
+    ]
+
+    def v2_call(**tensor):
+        request = v2.ModelInferRequest(model_name="imdb_ssa")
+        request.inputs.add(**tensor)
+        return infer, request.SerializeToString()
+
+    text = v2.InferTensorContents(bytes_contents=[b"a film"])
+    calls += [
+        v2_call(name="text", datatype="FP32", shape=[1], contents=text),
+        v2_call(name="text", datatype="BYTES", shape=[3], contents=text),
+        v2_call(name="nope", datatype="BYTES", shape=[1], contents=text),
+        v2_call(name="text", datatype="BYTES", shape=[1, 1, 1], contents=text),
+    ]
+    return calls
+
+
+def test_hostile_grpc_calls_get_a_client_error_and_the_server_goes_on(
+    served,
+):
+    pytest.importorskip("tensorflow_serving")
+    import grpc
+
+    http_port, grpc_port = served
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        for method, body in hostile_grpc_calls():
+            with pytest.raises(grpc.RpcError) as refused:
+                channel.unary_unary(method)(body, timeout=60)
+            code = refused.value.code().name
+            assert code in CLIENT_ERRORS, (method, body[:40], code)
+            assert refused.value.details(), (method, body[:40])
+    status, _ = post(http_port, "imdb_ssa", {"instances": ["still here"]})
+    assert status == 200
