@@ -15,7 +15,7 @@ from keras_attn.layers.structured_self_attention import StructuredSelfAttention
 from keras_attn.seq2seq import AttentionDecoder
 from keras_attn.text import standardize_review
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
 
 __all__ = [
     "AdditiveAttention",

@@ -28,8 +28,14 @@ if os.environ["KERAS_BACKEND"] == "torch":
 # `HYPOTHESIS_PROFILE=explore` searches anew (CI runs it without blocking).
 from hypothesis import settings  # noqa: E402
 
+# Every profile is registered here, before one is loaded: a profile a
+# test module registered would not exist yet when this line runs.
+# `thorough`: the layer properties at 500 cases each.
 settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False, max_examples=200)
+settings.register_profile(
+    "thorough", derandomize=False, max_examples=500, deadline=None
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # Weights are drawn from Keras's global seed: each test starts from the

@@ -13,9 +13,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_public_names():
-    assert keras_attn.__version__ == "0.2.0"
     for name in keras_attn.__all__:
         assert getattr(keras_attn, name) is not None, name
+
+
+def test_the_three_distributions_say_one_version():
+    """The library, the runtime and the models are released together."""
+    import re
+
+    import keras_attn_runtime
+
+    versions = {"keras_attn": keras_attn.__version__}
+    versions["keras_attn_runtime"] = keras_attn_runtime.__version__
+    for folder in ("runtime", "models"):
+        with open(os.path.join(ROOT, folder, "pyproject.toml")) as f:
+            found = re.search(r'^version = "([^"]+)"', f.read(), re.M)
+        versions[folder] = found.group(1)
+    assert len(set(versions.values())) == 1, versions
 
 
 @pytest.mark.slow

@@ -17,22 +17,16 @@ from tests.layers.test_attention import np_scores
 from tests.layers.test_multi_head_positional import np_reference as np_mhp
 from tests.layers.test_structured_self_attention import np_reference as np_ssa
 
-# "fast" (the default here) keeps the suite's derandomized "ci" profile
-# (tests/conftest.py) and runs 8 cases per property.
-settings.register_profile(
-    "fast",
-    parent=settings.get_profile("ci"),
-    max_examples=8,
+# Under the suite's default profile ("ci", tests/conftest.py) each
+# property runs 8 derandomized cases; under another (`thorough`: 500,
+# `explore`) it runs the profile's count.
+PROPERTY = settings(
+    max_examples=8
+    if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci"
+    else settings.default.max_examples,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.register_profile(
-    "thorough",
-    max_examples=500,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 
 @st.composite
@@ -66,6 +60,7 @@ def cross_case(draw):
     return q, v, k, draw(masks(b, tq)), draw(masks(b, tv))
 
 
+@PROPERTY
 @given(
     case=cross_case(),
     score=st.sampled_from(keras_attn.layers.attention.scores.SCORES),
@@ -93,6 +88,7 @@ def test_attention_property(case, score, causal):
     assert np.all(np.isfinite(np.asarray(ctx)))
 
 
+@PROPERTY
 @given(
     b=st.integers(1, 3),
     t=st.integers(1, 8),
@@ -117,6 +113,7 @@ def test_structured_self_attention_property(b, t, d, hops, data):
     )
 
 
+@PROPERTY
 @given(
     b=st.integers(1, 3),
     tq=st.integers(1, 6),
