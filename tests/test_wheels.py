@@ -69,3 +69,59 @@ def test_without_models_a_verb_says_how_to_get_them(wheels, tmp_path):
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert "pip install keras-attn-models" in done.stderr
         assert done.stderr.count("\n") == 1
+
+
+def test_the_documented_serve_install_serves_every_shipped_model(tmp_path):
+    """docs/serving.md's install, as a new user runs it, in a fresh venv
+    (dependencies from the package index, or pip's cache): `pip install
+    ".[cpu,serve]"` and `tensorflow-serving-api` without its dependencies
+    give one TensorFlow (tensorflow-cpu), and `keras-attn serve` answers
+    for every shipped model over REST and gRPC."""
+    import json
+    import signal
+    import time
+
+    from tests.cli.test_serve import free_port, get, post
+
+    python = fresh_venv(str(tmp_path / "venv"))
+    pip_install(python, f"{ROOT}[cpu,serve]")
+    pip_install(python, "--no-deps", "tensorflow-serving-api>=2.21,<2.22")
+    listed = run([python, "-m", "pip", "list", "--format", "json"])
+    names = {
+        p["name"].lower().replace("_", "-") for p in json.loads(listed.stdout)
+    }
+    assert "tensorflow-cpu" in names and "tensorflow" not in names, names
+    port, grpc_port = free_port(), free_port()
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env.pop("PYTHONPATH", None)
+    # Appended to (O_APPEND), so that reading it here moves no write.
+    log = open(tmp_path / "serve.log", "a+")  # noqa: SIM115 (read below)
+    server = subprocess.Popen(
+        [python, "-m", "keras_attn_cli", "--models"]
+        + [os.path.join(ROOT, "saved_models"), "serve", "--port", str(port)]
+        + ["--grpc-port", str(grpc_port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and server.poll() is None:
+            try:
+                if get(port, "/v2/health/ready")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(1)
+        log.seek(0)
+        assert server.poll() is None, log.read()[-3000:]
+        served = sorted(os.listdir(os.path.join(ROOT, "saved_models")))
+        for name in served:
+            status, answer = post(port, name, {"instances": ["A fine film."]})
+            assert status == 200 and len(answer["predictions"]) == 1, name
+        log.seek(0)
+        assert f"gRPC 127.0.0.1:{grpc_port} (TensorFlow Serving" in log.read()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+        log.close()
