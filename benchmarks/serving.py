@@ -1,13 +1,16 @@
 """`keras-attn serve` under load: throughput and latency by concurrency.
 
 For each backend of the shipped IMDB models (the SavedModel of
-`imdb_ssa`, the full-integer LiteRT file of `imdb_edge`), a server is
-started (`keras-attn serve MODEL --port P`) and clients send one review
-per request, with 1, 4 and 16 clients at once. The same reviews are also
-run by calling the model directly, one at a time, in this process (the
-floor that HTTP and JSON add to). Rows: requests per second, p50 and p99
-latency, and the throughput ratio against sequential single requests
-through the server (`16 clients / 1 client`).
+`imdb_ssa`, the full-integer LiteRT file of `imdb_edge`) and for the
+translator's SavedModel, a server is started (`keras-attn serve MODEL
+--port P`) and clients send one text per request, with 1, 4 and 16
+clients at once; every client's answer is checked against the
+one-client run's (the same strings and shapes, numbers within 1e-5).
+The same texts are also run by calling the model directly, one at a
+time, in this process (the floor that HTTP and JSON add to). Rows:
+requests per second, p50 and p99 latency, and the throughput ratio
+against sequential single requests through the server (`16 clients / 1
+client`).
 
     python -m benchmarks.serving [--requests 192]
 
@@ -24,33 +27,46 @@ import time
 import numpy as np
 
 from benchmarks import results
-from tests.cli.test_serve import REVIEWS, post, start
+from tests.cli.test_serve import (
+    REVIEWS,
+    SENTENCES,
+    post,
+    same_answer,
+    start,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # backend: (served name and folder, the artifact the server runs)
 BACKENDS = {
     "SavedModel": ("imdb_ssa", "saved_models/imdb_ssa/saved_model"),
     "LiteRT": ("imdb_edge", "saved_models/imdb_edge/model_full_int8.tflite"),
+    "translator": (
+        "translation_en_fr",
+        "saved_models/translation_en_fr/saved_model",
+    ),
 }
 
 
-def texts(count):
+def texts(count, sentences=False):
+    if sentences:  # a sentence a request, lengths mixed
+        return [f"{SENTENCES[i % len(SENTENCES)]} {i}" for i in range(count)]
     return [f"{REVIEWS[i % len(REVIEWS)]} (review {i})" for i in range(count)]
 
 
 def load(port, name, batch, clients):
-    """Requests per second and per-request latencies (s)."""
+    """Requests per second, per-request latencies (s) and the answers."""
 
     def one(text):
         start = time.perf_counter()
-        status, _ = post(port, name, {"instances": [text]})
+        status, answer = post(port, name, {"instances": [text]})
         assert status == 200
-        return time.perf_counter() - start
+        return time.perf_counter() - start, answer["predictions"][0]
 
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-        latencies = list(pool.map(one, batch))
-    return len(batch) / (time.perf_counter() - start), latencies
+        timed = list(pool.map(one, batch))
+    per_s = len(batch) / (time.perf_counter() - start)
+    return per_s, [t for t, _ in timed], [a for _, a in timed]
 
 
 def direct(path, batch):
@@ -89,19 +105,21 @@ def main(argv=None):
     parser.add_argument("--requests", type=int, default=192)
     parser.add_argument("--out", default="benchmarks/results/serving.json")
     args = parser.parse_args(argv)
-    batch = texts(args.requests)
     rows = []
     for backend, (name, path) in BACKENDS.items():
+        batch = texts(args.requests, backend == "translator")
         direct(path, batch[:8])  # warm up
         per_s, latencies = direct(path, batch)
         rows.append(row(backend, "direct call", 1, per_s, latencies))
         proc, port = start(os.path.join("saved_models", name))
         try:
             load(port, name, batch[:16], 4)  # warm up
-            base = None
+            base = first = None
             for clients in (1, 4, 16):
-                per_s, latencies = load(port, name, batch, clients)
-                base = base or per_s
+                per_s, latencies, answers = load(port, name, batch, clients)
+                base, first = base or per_s, first or answers
+                for text, a, b in zip(batch, first, answers, strict=True):
+                    same_answer(a, b, text)
                 rows.append(
                     row(backend, "server", clients, per_s, latencies, base)
                 )
@@ -115,7 +133,7 @@ def main(argv=None):
         "serving",
         sys.argv[1:] if argv is None else argv,
         requests=args.requests,
-        request="one review per request",
+        request="one text per request (a review, or a sentence)",
         batching="max batch 32, wait 5 ms (the defaults)",
     )
     results.save(args.out, meta, rows)

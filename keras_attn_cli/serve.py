@@ -252,11 +252,13 @@ def served_versions(value, models_root, choice="latest"):
 class Batcher:
     """Runs a signature on merged requests: a request waits at most
     `wait_s` for others, and a call holds at most `max_rows` examples
-    (a larger request runs alone). Calls run one at a time on `executor`."""
+    (a larger request runs alone). Calls run one at a time on `executor`.
+    `split(outputs, start, count)` gives each request its part of a
+    merged call (`Signature.own_part`)."""
 
-    def __init__(self, run, max_rows, wait_s, executor):
+    def __init__(self, run, max_rows, wait_s, executor, split):
         self.run, self.max_rows, self.wait_s = run, max_rows, wait_s
-        self.executor = executor
+        self.executor, self.split = executor, split
         self.pending = []
         self.worker = None
 
@@ -293,8 +295,9 @@ class Batcher:
                 )
                 results, start = [], 0
                 for _, count, _ in taken:
+                    alone = len(taken) == 1  # the call's own answer
                     results.append(
-                        {k: v[start : start + count] for k, v in out.items()}
+                        out if alone else self.split(out, start, count)
                     )
                     start += count
             except Exception as err:  # each waiting request gets the error
@@ -330,6 +333,7 @@ def _kserve_model_class():
                     batching["max_batch_size"],
                     batching["batch_wait_ms"] / 1000,
                     self.executor,
+                    signature.own_part,
                 )
                 for key, signature in backend.signatures.items()
                 if signature.batched and batching["max_batch_size"] > 1

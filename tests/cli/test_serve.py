@@ -277,6 +277,56 @@ def test_sixteen_concurrent_clients_get_the_sequential_answers(server):
         )
 
 
+SENTENCES = [
+    "I am tired.",
+    "Where is the station?",
+    "She is reading a book in the garden this afternoon.",
+    "",
+    "We have to leave now.",
+    "Hi.",
+    "The cat sleeps on the warm red sofa near the window.",
+    "Thank you very much!",
+]
+
+
+def same_answer(a, b, where):
+    """Two predict answers alike: the same keys, strings and shapes,
+    numbers within float noise."""
+    assert a.keys() == b.keys(), where
+    for key in a:
+        x, y = (
+            np.asarray(a[key], dtype=object),
+            np.asarray(b[key], dtype=object),
+        )
+        assert x.shape == y.shape, (where, key, x.shape, y.shape)
+        if x.size and isinstance(x.reshape(-1)[0], str):
+            assert x.tolist() == y.tolist(), (where, key)
+        else:
+            np.testing.assert_allclose(
+                x.astype(float), y.astype(float), atol=1e-5, err_msg=where
+            )
+
+
+def test_merged_translator_requests_get_their_own_answers(server):
+    """Concurrent translator requests are merged into one call, padded to
+    its widest input, and each client gets exactly its answer alone: the
+    same strings, arrays of the same shapes."""
+    texts = [SENTENCES[i % len(SENTENCES)] for i in range(32)]
+    texts = [
+        f"{t} {i}" if i >= len(SENTENCES) and t else t
+        for i, t in enumerate(texts)
+    ]
+
+    def ask(text):
+        return post(server, "translation_en_fr", {"instances": [text]})[1]
+
+    alone = [ask(t) for t in texts]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        together = list(pool.map(ask, texts))
+    for text, a, b in zip(texts, alone, together, strict=True):
+        same_answer(a["predictions"][0], b["predictions"][0], text)
+
+
 def test_sigterm_finishes_requests_in_flight_and_exits_zero():
     proc, port = start("imdb_ssa")
     results = []
