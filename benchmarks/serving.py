@@ -3,8 +3,9 @@
 For each backend of the shipped IMDB models (the SavedModel of
 `imdb_ssa`, the full-integer LiteRT file of `imdb_edge`) and for the
 translator's SavedModel, a server is started (`keras-attn serve MODEL
---port P`) and clients send one text per request, with 1, 4 and 16
-clients at once; every client's answer is checked against the
+--port P`) and clients send one text per request (a review; for the
+translator a sentence of the Tatoeba pairs in `../shared/data`), with 1,
+4 and 16 clients at once; every client's answer is checked against the
 one-client run's (the same strings and shapes, numbers within 1e-5).
 The same texts are also run by calling the model directly, one at a
 time, in this process (the floor that HTTP and JSON add to). Rows:
@@ -20,6 +21,7 @@ Writes `benchmarks/results/serving.json`.
 import argparse
 import concurrent.futures
 import os
+import random
 import signal
 import sys
 import time
@@ -29,7 +31,6 @@ import numpy as np
 from benchmarks import results
 from tests.cli.test_serve import (
     REVIEWS,
-    SENTENCES,
     post,
     same_answer,
     start,
@@ -47,9 +48,16 @@ BACKENDS = {
 }
 
 
+# English sentences of the Tatoeba pairs (`../shared/data`, the
+# translator's data), a fixed sample: what a translator's clients send.
+PAIRS = os.path.join(ROOT, "..", "shared", "data", "translation", "pairs.tsv")
+
+
 def texts(count, sentences=False):
-    if sentences:  # a sentence a request, lengths mixed
-        return [f"{SENTENCES[i % len(SENTENCES)]} {i}" for i in range(count)]
+    if sentences:
+        with open(PAIRS, encoding="utf-8") as f:
+            english = [line.split("\t")[0] for line in f if "\t" in line]
+        return random.Random(0).sample(english, count)
     return [f"{REVIEWS[i % len(REVIEWS)]} (review {i})" for i in range(count)]
 
 
@@ -133,7 +141,7 @@ def main(argv=None):
         "serving",
         sys.argv[1:] if argv is None else argv,
         requests=args.requests,
-        request="one text per request (a review, or a sentence)",
+        request="one text per request (a review, or a Tatoeba sentence)",
         batching="max batch 32, wait 5 ms (the defaults)",
     )
     results.save(args.out, meta, rows)
