@@ -14,7 +14,6 @@ Writes `benchmarks/results/serving_protocols.json`.
 """
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -23,7 +22,7 @@ import time
 import numpy as np
 
 from benchmarks import results
-from tests.cli.test_serve import REVIEWS, post, request, start
+from tests.cli.test_serve import REVIEWS, infer, post, start
 
 MODEL = "imdb_ssa"
 
@@ -49,24 +48,7 @@ def clients(port, grpc_port):
         stub.Predict(call, timeout=60)
 
     def v2_rest(text):
-        body = {
-            "inputs": [
-                {
-                    "name": "text",
-                    "datatype": "BYTES",
-                    "shape": [1],
-                    "data": [text],
-                }
-            ],
-            "outputs": [{"name": "probability"}],
-        }
-        status, _ = request(
-            port,
-            "POST",
-            f"/v2/models/{MODEL}/infer",
-            json.dumps(body).encode(),
-            {"Content-Type": "application/json"},
-        )
+        status, _ = infer(port, MODEL, [text], outputs=["probability"])
         assert status == 200
 
     return {"REST": rest, "gRPC": tf_grpc, "v2 REST": v2_rest}

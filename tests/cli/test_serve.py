@@ -96,6 +96,22 @@ def get(port, path):
     return request(port, "GET", path)
 
 
+def infer(port, model, texts, outputs=()):
+    """KServe v2's JSON infer of `texts` (BYTES) on `model` (a name, or
+    `NAME/versions/N`): `(status, answer)`."""
+    text = {"name": "text", "datatype": "BYTES", "shape": [len(texts)]}
+    body = {"inputs": [{**text, "data": list(texts)}]}
+    if outputs:
+        body["outputs"] = [{"name": name} for name in outputs]
+    return request(
+        port,
+        "POST",
+        f"/v2/models/{model}/infer",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+
+
 def post(port, model, body):
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     return request(port, "POST", f"/v1/models/{model}:predict", data)
@@ -817,23 +833,7 @@ def test_numbered_versions_are_served_as_tensorflow_serving_serves_them(
             assert status == 200 and answer["predictions"] == [score]
             status, answer = get(port, route + "/metadata")
             assert answer["model_spec"]["version"] == version
-            infer = {
-                "inputs": [
-                    {
-                        "name": "text",
-                        "datatype": "BYTES",
-                        "shape": [1],
-                        "data": ["abcd"],
-                    }
-                ]
-            }
-            status, answer = request(
-                port,
-                "POST",
-                f"/v2/models/scorer/versions/{version}/infer",
-                json.dumps(infer).encode(),
-                {"Content-Type": "application/json"},
-            )
+            status, answer = infer(port, f"scorer/versions/{version}", ["abcd"])
             assert status == 200 and answer["outputs"][0]["data"] == [score]
         status, answer = request(
             port, "POST", "/v1/models/scorer/versions/3:predict", body

@@ -87,7 +87,7 @@ def test_no_two_sublayers_start_equal(options, cross):
 
 
 def test_grouped_projections_differ_as_in_keras_group_query_attention():
-    """The issue's case: `_key_dense` and `_value_dense` of equal shape."""
+    """The reported case: `_key_dense` and `_value_dense` of equal shape."""
     ours = MultiHeadPositional(
         num_heads=4, key_dim=8, num_key_value_heads=2, position=None
     )
