@@ -363,10 +363,12 @@ def test_sigterm_finishes_requests_in_flight_and_exits_zero():
 def test_a_strangers_saved_model_is_refused_unless_allowed(tmp_path):
     import tensorflow as tf
 
+    probe = str(tmp_path / "probe")  # written when the model runs
+
     class Writer(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def serve(self, text):
-            tf.io.write_file("/tmp/keras_attn_serve_probe", text[0])
+            tf.io.write_file(probe, text[0])
             return {"echo": text}
 
     module = Writer()
