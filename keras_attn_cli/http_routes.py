@@ -210,6 +210,7 @@ def add_tf_serving_routes(app, models, max_body_bytes, access=None):
     """TensorFlow Serving's status and metadata routes (KServe's own V1
     status answers `{"name", "ready"}`), registered before KServe's so
     that they take precedence, and the body limit."""
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
 
     def find(name):
@@ -239,11 +240,24 @@ def add_tf_serving_routes(app, models, max_body_bytes, access=None):
     async def too_large(_, exc):
         return JSONResponse({"error": str(exc)}, status_code=413)
 
+    async def invalid_body(_, exc):
+        # FastAPI's own answer echoes the input, and fails (a 500) on
+        # what JSON cannot write back, such as 1e999999 read as inf.
+        where = [
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
+            for e in exc.errors()[:5]
+        ]
+        return JSONResponse(
+            {"error": f"Invalid request body: {'; '.join(where)}"},
+            status_code=422,
+        )
+
     app.add_api_route("/v1/models/{model_name}", model_status, methods=["GET"])
     app.add_api_route(
         "/v1/models/{model_name}/metadata", model_metadata, methods=["GET"]
     )
     app.add_exception_handler(_BodyTooLarge, too_large)
+    app.add_exception_handler(RequestValidationError, invalid_body)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(V2JsonBody)
     app.add_middleware(VersionRoutes, versions=versions)
