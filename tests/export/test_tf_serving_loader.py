@@ -87,6 +87,7 @@ def test_text_model_runs_under_the_tf_serving_loader(tmp_path):
         assert_same(run_tf1(path, feed), run_tf2(path, feed))
 
 
+@pytest.mark.slow  # 40 s: the shipped translator's three signatures
 def test_translator_signatures_run_under_the_tf_serving_loader(tmp_path):
     from tests.seq2seq.test_seq2seq import tiny_model, tiny_translator
 
