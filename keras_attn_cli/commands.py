@@ -22,15 +22,15 @@ from keras_attn_cli.inputs import (  # noqa: F401  (names tests reach here)
 )
 from keras_attn_cli.models import (  # noqa: F401
     GET_MODELS,
-    _op_error_line,
-    _run_model,
     find_shipped_model,
     find_translator,
     known_words,
     load_classifier,
     load_translator,
     models_dir,
+    op_error_line,
     resolve_model,
+    run_model,
     saved_classifier,
 )
 
@@ -88,7 +88,7 @@ def _classify(args):
     model = load_classifier(path)
     known = known_words(model, texts)
     print(f"Model: {path}\n")
-    results = _run_model(explain.attend, model, texts)
+    results = run_model(explain.attend, model, texts)
     for result, n in zip(results, known, strict=True):
         print(
             f"[{_verdict(result['probability'], n)}] "
@@ -142,7 +142,7 @@ def _print_translations(path, texts, alignment=False, allow_unsafe=False):
 
     _check_sentences(texts)
     fn = load_translator(path, allow_unsafe)
-    out = _run_model(fn, tf.constant(texts))
+    out = run_model(fn, tf.constant(texts))
     _check_length(out, texts)
     print(f"Translator: {path}\n")
     for text, fr in zip(texts, out["translation"].numpy(), strict=True):
@@ -226,7 +226,7 @@ def _explain(args):
             f"{_snippet(text)!r}"
         )
     explain.check_outputs(args.out, args.overwrite)
-    result = _run_model(explain.attend, model, [text])[0]
+    result = run_model(explain.attend, model, [text])[0]
     os.makedirs(args.out, exist_ok=True)
     html_path = explain.write_html(
         result, os.path.join(args.out, "attention.html")
@@ -342,7 +342,7 @@ def _scorer(path, args):
         fn = saved_classifier(path, args.allow_unsafe_ops)
 
         def score(texts):
-            result = _run_model(fn, tf.constant(texts))
+            result = run_model(fn, tf.constant(texts))
             out = {k: v.numpy() for k, v in result.items()}
             if export.KNOWN_WORDS in out:  # written by keras_attn >= 0.3
                 known = [int(n) for n in out[export.KNOWN_WORDS]]
@@ -359,7 +359,7 @@ def _scorer(path, args):
     model = load_classifier(path)
 
     def score(texts):
-        out = _run_model(model.predict, np.array(texts, dtype=object), 256, 0)
+        out = run_model(model.predict, np.array(texts, dtype=object), 256, 0)
         return _probabilities(out), known_words(model, texts)
 
     return score
@@ -390,7 +390,7 @@ def _align(args):
         resolve_model(args.model, "model", "translator", args),
         args.allow_unsafe_ops,
     )
-    out = _run_model(fn, tf.constant([args.text]))
+    out = run_model(fn, tf.constant([args.text]))
     _check_length(out, [args.text])
     src = [t.decode() for t in out["source_tokens"].numpy()[0] if t]
     tgt = [t.decode() for t in out["target_tokens"].numpy()[0] if t]
@@ -458,7 +458,7 @@ def _serve(args):
             if os.path.isdir(os.path.join(root, name))
         ]
     artifacts = [
-        serve.served_versions(v, root, args.model_versions) for v in values
+        models.served_versions(v, root, args.model_versions) for v in values
     ]
     limits = {key: getattr(args, key) for key in serve.LIMITS}
     batching = {key: getattr(args, key) for key in serve.BATCHING}

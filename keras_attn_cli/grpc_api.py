@@ -37,20 +37,11 @@ MANAGEMENT_METHODS = (
 
 
 def _dtypes():
+    """`{NumPy dtype name: TensorFlow's DataType enum}`, from
+    `tf_serving_api.TF_DTYPES`'s names."""
     from tensorflow.core.framework import types_pb2
 
-    return {
-        "float16": types_pb2.DT_HALF,
-        "float32": types_pb2.DT_FLOAT,
-        "float64": types_pb2.DT_DOUBLE,
-        "int8": types_pb2.DT_INT8,
-        "uint8": types_pb2.DT_UINT8,
-        "int16": types_pb2.DT_INT16,
-        "int32": types_pb2.DT_INT32,
-        "int64": types_pb2.DT_INT64,
-        "bool": types_pb2.DT_BOOL,
-        "string": types_pb2.DT_STRING,
-    }
+    return {k: types_pb2.DataType.Value(v) for k, v in api.TF_DTYPES.items()}
 
 
 def _dtype_enum(name):
@@ -151,100 +142,125 @@ def signature_def_map(signatures):
     return result
 
 
+async def find(models, spec, context):
+    """The served model `spec` names (its version, or the latest), or the
+    call aborted with NOT_FOUND (unknown model, version or label)."""
+    versions = version_table(models)
+    if spec.name not in versions:
+        await context.abort(
+            grpc.StatusCode.NOT_FOUND,
+            f"Unknown model {spec.name!r}; served: {sorted(versions)}",
+        )
+    served = versions[spec.name]
+    if spec.version_label:
+        await context.abort(
+            grpc.StatusCode.NOT_FOUND,
+            f"Model {spec.name!r} has no version label {spec.version_label!r}",
+        )
+    if not spec.HasField("version"):
+        return models[spec.name]  # the latest
+    key = served.get(str(spec.version.value))
+    if key is None:
+        await context.abort(
+            grpc.StatusCode.NOT_FOUND,
+            f"Model {spec.name!r} has no version {spec.version.value}; "
+            f"served: {sorted(int(v) for v in served)}",
+        )
+    return models[key]
+
+
+def _answer_spec(target, model, signature):
+    target.name = model.public_name
+    target.version.value = model.version
+    target.signature_name = signature
+
+
+async def predict(models, request, context):
+    """`PredictionService.Predict`: the named signature on the request's
+    tensors, checked as KServe v2's inputs are."""
+    from tensorflow_serving.apis import predict_pb2
+
+    model = await find(models, request.model_spec, context)
+    signatures = model.backend.signatures
+    key = request.model_spec.signature_name or api.DEFAULT_SIGNATURE
+    if key not in signatures:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"Unknown signature_name {key!r}; this model has "
+            f"{sorted(signatures)}",
+        )
+    try:
+        tensors = []
+        for name, proto in request.inputs.items():
+            array = to_numpy(proto)
+            tensors.append((name, oip.datatype(array.dtype), array))
+        inputs = oip.parse_infer(tensors, signatures[key], model.limits)
+    except api.RequestError as err:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+    try:
+        out = await model.run(key, inputs)
+    except Exception as err:  # the model's own failure, named
+        await context.abort(grpc.StatusCode.INTERNAL, str(err))
+    response = predict_pb2.PredictResponse()
+    _answer_spec(response.model_spec, model, key)
+    for name, array in out.items():
+        response.outputs[name].CopyFrom(from_numpy(array))
+    return response
+
+
+async def model_metadata(models, request, context):
+    """`PredictionService.GetModelMetadata`: the `signature_def` map."""
+    from tensorflow_serving.apis import get_model_metadata_pb2
+
+    model = await find(models, request.model_spec, context)
+    wanted = list(request.metadata_field)
+    if wanted != ["signature_def"]:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"Expected metadata_field ['signature_def']. Received: {wanted}",
+        )
+    response = get_model_metadata_pb2.GetModelMetadataResponse()
+    _answer_spec(response.model_spec, model, "")
+    response.metadata["signature_def"].Pack(
+        signature_def_map(model.backend.signatures)
+    )
+    return response
+
+
+async def model_status(models, request, context):
+    """`ModelService.GetModelStatus`: the served versions (or the one
+    asked for), each available, the newest first."""
+    from tensorflow_serving.apis import get_model_status_pb2
+
+    spec = request.model_spec
+    model = await find(models, spec, context)
+    served = version_table(models)[spec.name]
+    numbers = [model.version] if spec.HasField("version") else served
+    response = get_model_status_pb2.GetModelStatusResponse()
+    for version in sorted((int(v) for v in numbers), reverse=True):
+        status = response.model_version_status.add()
+        status.version = version
+        status.state = get_model_status_pb2.ModelVersionStatus.AVAILABLE
+    return response
+
+
 def _servicers():
-    """TensorFlow Serving's two servicer classes over `models`."""
+    """TensorFlow Serving's two servicer classes (the generated bases,
+    imported on first use), each method one of the functions above."""
     from tensorflow_serving.apis import (
-        get_model_metadata_pb2,
-        get_model_status_pb2,
         model_service_pb2_grpc,
-        predict_pb2,
         prediction_service_pb2_grpc,
     )
-
-    async def find(models, spec, context):
-        """The served model `spec` names (its version, or the latest), or
-        the call aborted with NOT_FOUND (unknown model, version or
-        label)."""
-        versions = version_table(models)
-        if spec.name not in versions:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"Unknown model {spec.name!r}; served: {sorted(versions)}",
-            )
-        served = versions[spec.name]
-        if spec.version_label:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND,
-                f"Model {spec.name!r} has no version label "
-                f"{spec.version_label!r}",
-            )
-        if spec.HasField("version"):
-            key = served.get(str(spec.version.value))
-            if key is None:
-                await context.abort(
-                    grpc.StatusCode.NOT_FOUND,
-                    f"Model {spec.name!r} has no version "
-                    f"{spec.version.value}; served: "
-                    f"{sorted(int(v) for v in served)}",
-                )
-            return models[key]
-        return models[spec.name]  # the latest
-
-    def answer_spec(target, model, signature):
-        target.name = model.public_name
-        target.version.value = model.version
-        target.signature_name = signature
 
     class Prediction(prediction_service_pb2_grpc.PredictionServiceServicer):
         def __init__(self, models):
             self.models = models
 
         async def Predict(self, request, context):
-            model = await find(self.models, request.model_spec, context)
-            signatures = model.backend.signatures
-            key = request.model_spec.signature_name or api.DEFAULT_SIGNATURE
-            if key not in signatures:
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"Unknown signature_name {key!r}; this model has "
-                    f"{sorted(signatures)}",
-                )
-            try:
-                tensors = []
-                for name, proto in request.inputs.items():
-                    array = to_numpy(proto)
-                    kind = "BYTES" if array.dtype == object else "?"
-                    if kind == "?":
-                        kind = oip.datatype(array.dtype)
-                    tensors.append((name, kind, array))
-                inputs = oip.parse_infer(tensors, signatures[key], model.limits)
-            except api.RequestError as err:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-            try:
-                out = await model.run(key, inputs)
-            except Exception as err:  # the model's own failure, named
-                await context.abort(grpc.StatusCode.INTERNAL, str(err))
-            response = predict_pb2.PredictResponse()
-            answer_spec(response.model_spec, model, key)
-            for name, array in out.items():
-                response.outputs[name].CopyFrom(from_numpy(array))
-            return response
+            return await predict(self.models, request, context)
 
         async def GetModelMetadata(self, request, context):
-            model = await find(self.models, request.model_spec, context)
-            wanted = list(request.metadata_field)
-            if wanted != ["signature_def"]:
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    "Expected metadata_field ['signature_def']. "
-                    f"Received: {wanted}",
-                )
-            response = get_model_metadata_pb2.GetModelMetadataResponse()
-            answer_spec(response.model_spec, model, "")
-            response.metadata["signature_def"].Pack(
-                signature_def_map(model.backend.signatures)
-            )
-            return response
+            return await model_metadata(self.models, request, context)
 
         async def Classify(self, request, context):
             await context.abort(
@@ -260,16 +276,7 @@ def _servicers():
             self.models = models
 
         async def GetModelStatus(self, request, context):
-            spec = request.model_spec
-            model = await find(self.models, spec, context)
-            served = version_table(self.models)[spec.name]
-            numbers = [model.version] if spec.HasField("version") else served
-            response = get_model_status_pb2.GetModelStatusResponse()
-            for version in sorted((int(v) for v in numbers), reverse=True):
-                status = response.model_version_status.add()
-                status.version = version
-                status.state = get_model_status_pb2.ModelVersionStatus.AVAILABLE
-            return response
+            return await model_status(self.models, request, context)
 
     return Prediction, Status
 

@@ -148,7 +148,7 @@ def check_classifier(model, path):
         )
 
 
-def _run_model(fn, *args):
+def run_model(fn, *args):
     """Call TensorFlow; its runtime errors become one clean line."""
     import tensorflow as tf
 
@@ -158,7 +158,7 @@ def _run_model(fn, *args):
         message = err.message or str(err)
         kind = "" if memory_failure(message) else f" ({type(err).__name__})"
         raise ValueError(
-            f"The model failed to run{kind}: {_op_error_line(message)}"
+            f"The model failed to run{kind}: {op_error_line(message)}"
         ) from None
 
 
@@ -216,7 +216,7 @@ def memory_failure(message):
     )
 
 
-def _op_error_line(message, width=300):
+def op_error_line(message, width=300):
     """The line of a TensorFlow error that says what went wrong (not its
     'Graph execution error:' heading, the stack of the node, nor the
     `[[{{node X}}]]` marker), with the node named after it: an
@@ -250,7 +250,7 @@ def known_words(model, texts):
     from keras_attn.explain import find_vectorizer
 
     vec = find_vectorizer(model)
-    ids = np.asarray(_run_model(vec, np.array(texts, dtype=object)))
+    ids = np.asarray(run_model(vec, np.array(texts, dtype=object)))
     return (ids > 1).sum(axis=-1)
 
 
@@ -331,3 +331,77 @@ def load_translator(path, allow_unsafe=False):
 
 
 # -------------------------------------------------------------- commands
+
+
+def served_artifact(value, models_root):
+    """`(name, path)` of what `keras-attn serve` serves for `value`: a
+    shipped model's name, a folder (its SavedModel first, as TensorFlow
+    Serving would, else its one `.tflite`, else its `model.keras`), a
+    SavedModel folder, a `.tflite` or a `.keras` file."""
+    path = value
+    if not os.path.exists(path) and os.sep not in value and models_root:
+        path = os.path.join(models_root, value)
+    if os.path.isfile(path) and path.endswith((".tflite", ".keras")):
+        return os.path.splitext(os.path.basename(path))[0], path
+    if os.path.isdir(path):
+        folder = os.path.abspath(path)
+        name = os.path.basename(folder)
+        if os.path.isfile(os.path.join(folder, "saved_model.pb")):
+            if name == "saved_model":
+                name = os.path.basename(os.path.dirname(folder))
+            return name, folder
+        inner = os.path.join(folder, "saved_model")
+        if os.path.isfile(os.path.join(inner, "saved_model.pb")):
+            return name, inner
+        files = sorted(f for f in os.listdir(folder) if f.endswith(".tflite"))
+        if len(files) == 1:
+            return name, os.path.join(folder, files[0])
+        if os.path.isfile(os.path.join(folder, "model.keras")):
+            return name, os.path.join(folder, "model.keras")
+    raise ValueError(
+        "Expected a shipped model's name, a folder holding a SavedModel, "
+        "one .tflite or a model.keras, a SavedModel folder, a .tflite or a "
+        f".keras file. Received: MODEL={value!r}"
+    )
+
+
+def served_versions(value, models_root, choice="latest"):
+    """`(name, {version: path})` of what `keras-attn serve` serves for
+    `value`: a folder of numbered versions (`MODEL/1/`, `MODEL/2/`, each
+    what `served_artifact` takes), as TensorFlow Serving lays them out,
+    with the versions `choice` picks (`"latest"`, `"all"` or `"N,M"`);
+    anything else is version 1."""
+    path = value
+    if not os.path.exists(path) and os.sep not in value and models_root:
+        path = os.path.join(models_root, value)
+    numbered = []
+    if os.path.isdir(path):
+        numbered = sorted(
+            int(entry)
+            for entry in os.listdir(path)
+            if entry.isdigit() and os.path.isdir(os.path.join(path, entry))
+        )
+    if not numbered:
+        name, artifact = served_artifact(value, models_root)
+        found = {1: artifact}
+    else:
+        name = os.path.basename(os.path.abspath(path))
+        found = {
+            v: served_artifact(os.path.join(path, str(v)), None)[1]
+            for v in numbered
+        }
+    if choice == "latest":
+        return name, {max(found): found[max(found)]}
+    if choice == "all":
+        return name, found
+    try:
+        wanted = sorted({int(v) for v in choice.split(",")})
+    except ValueError:
+        wanted = None
+    if not wanted or any(v not in found for v in wanted):
+        raise ValueError(
+            "Expected --model-versions to be latest, all or versions of "
+            f"{name!r} ({sorted(found)}), comma-separated. Received: "
+            f"--model-versions={choice}"
+        )
+    return name, {v: found[v] for v in wanted}

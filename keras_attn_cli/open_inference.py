@@ -143,11 +143,17 @@ def _texts(array, name, max_bytes):
     return np.array(column, dtype=object).reshape(len(column))
 
 
-def infer_outputs(outputs):
+def infer_outputs(outputs, wanted=None):
     """`[(name, datatype, array)]` of a model's `outputs` (`{name:
-    array}`), sorted by name, text as an object array of UTF-8 bytes."""
+    array}`), those `wanted` (names; `None`: all), sorted by name, text as
+    an object array of UTF-8 bytes."""
+    unknown = sorted(set(wanted or ()) - set(outputs))
+    if unknown:
+        raise RequestError(
+            f"Unknown outputs {unknown}; this model gives {sorted(outputs)}"
+        )
     answer = []
-    for name in sorted(outputs):
+    for name in sorted(wanted or outputs):
         array = np.asarray(outputs[name])
         if array.dtype.kind in "OSU":
             flat = [

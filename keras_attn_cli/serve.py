@@ -172,80 +172,6 @@ def load_backend(path, allow_unsafe=False):
     )
 
 
-def served_artifact(value, models_root):
-    """`(name, path)` of what `keras-attn serve` serves for `value`: a
-    shipped model's name, a folder (its SavedModel first, as TensorFlow
-    Serving would, else its one `.tflite`, else its `model.keras`), a
-    SavedModel folder, a `.tflite` or a `.keras` file."""
-    path = value
-    if not os.path.exists(path) and os.sep not in value and models_root:
-        path = os.path.join(models_root, value)
-    if os.path.isfile(path) and path.endswith((".tflite", ".keras")):
-        return os.path.splitext(os.path.basename(path))[0], path
-    if os.path.isdir(path):
-        folder = os.path.abspath(path)
-        name = os.path.basename(folder)
-        if os.path.isfile(os.path.join(folder, "saved_model.pb")):
-            if name == "saved_model":
-                name = os.path.basename(os.path.dirname(folder))
-            return name, folder
-        inner = os.path.join(folder, "saved_model")
-        if os.path.isfile(os.path.join(inner, "saved_model.pb")):
-            return name, inner
-        files = sorted(f for f in os.listdir(folder) if f.endswith(".tflite"))
-        if len(files) == 1:
-            return name, os.path.join(folder, files[0])
-        if os.path.isfile(os.path.join(folder, "model.keras")):
-            return name, os.path.join(folder, "model.keras")
-    raise ValueError(
-        "Expected a shipped model's name, a folder holding a SavedModel, "
-        "one .tflite or a model.keras, a SavedModel folder, a .tflite or a "
-        f".keras file. Received: MODEL={value!r}"
-    )
-
-
-def served_versions(value, models_root, choice="latest"):
-    """`(name, {version: path})` of what `keras-attn serve` serves for
-    `value`: a folder of numbered versions (`MODEL/1/`, `MODEL/2/`, each
-    what `served_artifact` takes), as TensorFlow Serving lays them out,
-    with the versions `choice` picks (`"latest"`, `"all"` or `"N,M"`);
-    anything else is version 1."""
-    path = value
-    if not os.path.exists(path) and os.sep not in value and models_root:
-        path = os.path.join(models_root, value)
-    numbered = []
-    if os.path.isdir(path):
-        numbered = sorted(
-            int(entry)
-            for entry in os.listdir(path)
-            if entry.isdigit() and os.path.isdir(os.path.join(path, entry))
-        )
-    if not numbered:
-        name, artifact = served_artifact(value, models_root)
-        found = {1: artifact}
-    else:
-        name = os.path.basename(os.path.abspath(path))
-        found = {
-            v: served_artifact(os.path.join(path, str(v)), None)[1]
-            for v in numbered
-        }
-    if choice == "latest":
-        return name, {max(found): found[max(found)]}
-    if choice == "all":
-        return name, found
-    try:
-        wanted = sorted({int(v) for v in choice.split(",")})
-    except ValueError:
-        wanted = None
-    if not wanted or any(v not in found for v in wanted):
-        raise ValueError(
-            "Expected --model-versions to be latest, all or versions of "
-            f"{name!r} ({sorted(found)}), comma-separated. Received: "
-            f"--model-versions={choice}"
-        )
-    return name, {v: found[v] for v in wanted}
-
-
 # --- Batching: concurrent requests merged into one model call. ---
 
 
@@ -314,7 +240,7 @@ class Batcher:
 def _kserve_model_class():
     """`ServedModel` subclasses `kserve.Model`, imported on first use."""
     import kserve
-    from kserve import InferOutput, InferRequest, InferResponse
+    from kserve import InferRequest
     from kserve.errors import InferenceError, InvalidInput
 
     class ServedModel(kserve.Model):
@@ -346,11 +272,14 @@ def _kserve_model_class():
         def get_output_types(self):
             return oip.tensor_metadata(self._default().outputs)
 
-        def _default(self):
+        def _default_key(self):
             signatures = self.backend.signatures
-            return signatures.get(
-                api.DEFAULT_SIGNATURE, next(iter(signatures.values()))
-            )
+            if api.DEFAULT_SIGNATURE in signatures:
+                return api.DEFAULT_SIGNATURE
+            return next(iter(signatures))
+
+        def _default(self):
+            return self.backend.signatures[self._default_key()]
 
         async def predict(self, payload, headers=None):
             if isinstance(payload, InferRequest):
@@ -383,47 +312,47 @@ def _kserve_model_class():
         async def _infer(self, request):
             """KServe v2's infer (REST, binary extension, gRPC) on the
             default signature."""
-            key = api.DEFAULT_SIGNATURE
-            if key not in self.backend.signatures:
-                key = next(iter(self.backend.signatures))
+            key = self._default_key()
+            wanted = [o.name for o in request.request_outputs or ()]
             try:
                 tensors = [
                     (t.name, t.datatype, t.as_numpy()) for t in request.inputs
                 ]
-                inputs = oip.parse_infer(
-                    tensors, self.backend.signatures[key], self.limits
+                signature = self.backend.signatures[key]
+                inputs = oip.parse_infer(tensors, signature, self.limits)
+                out = oip.infer_outputs(
+                    await self.run(key, inputs), wanted or None
                 )
-            except (api.RequestError, ValueError, TypeError) as err:
+            except (ValueError, TypeError) as err:  # RequestError included
                 raise InvalidInput(str(err)) from None
-            out = await self.run(key, inputs)
-            wanted = [o.name for o in request.request_outputs or ()]
-            unknown = sorted(set(wanted) - set(out))
-            if unknown:
-                raise InvalidInput(
-                    f"Unknown outputs {unknown}; this model gives {sorted(out)}"
-                )
-            if wanted:
-                out = {k: v for k, v in out.items() if k in wanted}
-            binary = request.use_binary_outputs
-            outputs = []
-            for name, kind, array in oip.infer_outputs(out):
-                output = InferOutput(name, list(array.shape), kind)
-                output.set_data_from_numpy(array, binary_data=binary)
-                outputs.append(output)
-            return InferResponse(
-                response_id=request.id or "",
-                model_name=self.name,
-                infer_outputs=outputs,
-                use_binary_outputs=binary,
-            )
+            return _v2_response(request, self.name, out)
 
     return ServedModel
 
 
-def _model_error(err):
-    from keras_attn_cli.models import _op_error_line
+def _v2_response(request, model_name, outputs):
+    """KServe's `InferResponse` holding `outputs` (`[(name, datatype,
+    array)]`), binary where the request asked for it."""
+    from kserve import InferOutput, InferResponse
 
-    return f"The model failed to run: {_op_error_line(str(err))}"
+    binary = request.use_binary_outputs
+    tensors = []
+    for name, kind, array in outputs:
+        tensor = InferOutput(name, list(array.shape), kind)
+        tensor.set_data_from_numpy(array, binary_data=binary)
+        tensors.append(tensor)
+    return InferResponse(
+        response_id=request.id or "",
+        model_name=model_name,
+        infer_outputs=tensors,
+        use_binary_outputs=binary,
+    )
+
+
+def _model_error(err):
+    from keras_attn_cli.models import op_error_line
+
+    return f"The model failed to run: {op_error_line(str(err))}"
 
 
 def serve(

@@ -282,7 +282,9 @@ def status(versions=("1",)):
     }
 
 
-_TF_DTYPES = {
+# NumPy dtype names and TensorFlow's DataType names: the REST metadata and
+# the gRPC protos (`grpc_api`) both read them here.
+TF_DTYPES = {
     "string": "DT_STRING",
     "float32": "DT_FLOAT",
     "float64": "DT_DOUBLE",
@@ -297,7 +299,7 @@ _TF_DTYPES = {
 
 
 def _tensor_info(name, dtype, shape):
-    info = {"dtype": _TF_DTYPES.get(dtype, "DT_INVALID"), "name": name}
+    info = {"dtype": TF_DTYPES.get(dtype, "DT_INVALID"), "name": name}
     if shape is None:
         info["tensor_shape"] = {"dim": [], "unknown_rank": True}
     else:

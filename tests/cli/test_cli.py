@@ -519,7 +519,7 @@ def test_tensorflow_errors_say_what_went_wrong():
         "allocating tensor with shape[1000000,1000000] and type float\n\t "
         "[[{{node x}}]]"
     )
-    line = cli_module._op_error_line(message)
+    line = cli_module.op_error_line(message)
     assert line == (
         f"the model asked for {10**12 * 4:,} bytes (a float tensor of "
         "shape [1000000, 1000000], node x): more memory than can be "
@@ -551,7 +551,7 @@ def test_a_memory_failure_names_the_bytes_asked_for(folded):
         return tf.reduce_sum(tf.fill(shape, 1.0))
 
     with pytest.raises(ValueError) as failed:
-        cli_module._run_model(fill, tf.constant(2**29))
+        cli_module.run_model(fill, tf.constant(2**29))
     message = str(failed.value)
     count = 2**62 if folded else 2**60
     assert message.startswith(
@@ -572,7 +572,7 @@ def test_a_shape_over_the_limit_is_named_not_only_its_node():
 
     with pytest.raises(tf.errors.InvalidArgumentError) as caught:
         fill(tf.constant(2**30))
-    line = cli_module._op_error_line(caught.value.message)
+    line = cli_module.op_error_line(caught.value.message)
     assert "Shape [1073741824,1073741824,1073741824]" in line
     assert "2**63 - 1 elements" in line and line.endswith("(at node Fill)")
 
