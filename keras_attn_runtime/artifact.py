@@ -223,6 +223,26 @@ def metadata_length(value, key, model_path, declared=None):
     )
 
 
+def length_axes(config, model_path):
+    """`{output name: [axis, ...]}` from a text classifier's config: the
+    axes of its outputs that follow the input's time axis. A file with a
+    variable-length input pads them to its `max_length` (so that their
+    declared sizes are true); the valid part is the input's own length.
+    `{}` for files that declare none."""
+    value = config.get("length_axes", {})
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str)
+        and isinstance(v, list)
+        and all(type(a) is int and 0 < a < 8 for a in v)
+        for k, v in value.items()
+    ):
+        raise ValueError(
+            f"Not a valid LiteRT model: {model_path!r} (its length_axes "
+            f"metadata is not {{output name: [axis, ...]}}: {value!r})"
+        )
+    return value
+
+
 def check_external_data(proto, model_path):
     """Refuse an ONNX model whose external data lies outside its folder:
     an absolute path, a `..` step, or a symbolic link (onnxruntime before

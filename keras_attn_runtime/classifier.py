@@ -13,10 +13,12 @@ from keras_attn_runtime.artifact import (
     TEXT_CLASSIFIER,
     check_external_data,
     check_format,
+    length_axes,
     load_verified,
     metadata,
     metadata_length,
 )
+from keras_attn_runtime.engine import LiteRTModel
 from keras_attn_runtime.text import (
     Tokenizer,
     as_texts,
@@ -24,17 +26,6 @@ from keras_attn_runtime.text import (
     parse_vocabulary,
     read_vocabulary,
 )
-
-
-def _interpreter(data, model_path, num_threads=None):
-    from ai_edge_litert.interpreter import Interpreter
-
-    try:
-        return Interpreter(model_content=data, num_threads=num_threads)
-    except (ValueError, RuntimeError) as err:
-        raise ValueError(
-            f"Not a valid LiteRT model: {model_path!r} ({err})"
-        ) from err
 
 
 class OnnxClassifier:
@@ -106,16 +97,29 @@ class LiteRTClassifier:
     Models written by `keras_attn.export.export_text_tflite` carry their
     vocabulary inside the flatbuffer (metadata `keras_attn.vocabulary`);
     a `.tflite` without one needs `vocabulary_path`. Safe to share between
-    threads: calls into the interpreter are serialized by a lock.
+    threads: calls into LiteRT are serialized by a lock.
+
+    The file runs under LiteRT's `CompiledModel` (see
+    `keras_attn_runtime.engine`; `self.litert.engine` says which engine
+    runs it).
 
     Args:
         model_path: the `.tflite` file.
         vocabulary_path: one token per line, for models without an
             embedded vocabulary. Defaults to `None`.
-        num_threads: interpreter threads. Defaults to `None` (LiteRT's).
+        num_threads: CPU threads. Defaults to `None` (LiteRT's choice).
+        accelerator: `"cpu"` (the default), `"gpu"` or `"npu"`, with the
+            CPU running what the accelerator cannot
+            (`self.litert.fully_accelerated`).
     """
 
-    def __init__(self, model_path, vocabulary_path=None, num_threads=None):
+    def __init__(
+        self,
+        model_path,
+        vocabulary_path=None,
+        num_threads=None,
+        accelerator="cpu",
+    ):
         data, model = load_verified(model_path)
         meta = metadata(model)
         config = {}
@@ -147,16 +151,21 @@ class LiteRTClassifier:
                 f"model_path={model_path!r}"
             )
         self.config = config
-        self.interpreter = _interpreter(data, model_path, num_threads)
+        self.litert = LiteRTModel(
+            data, model, model_path, num_threads, accelerator
+        )
         self._lock = threading.Lock()
-        try:
-            self.runner = self.interpreter.get_signature_runner()
-            (spec,) = self.runner.get_input_details().values()
-        except (ValueError, RuntimeError) as err:
+        keys = sorted(self.litert.signatures)
+        inputs = self.litert.signatures[keys[0]]["inputs"] if keys else {}
+        if len(keys) != 1 or len(inputs) != 1:
             raise ValueError(
-                f"Expected a LiteRT text model with one token input. "
-                f"Received: {model_path!r} ({err})"
-            ) from None
+                "Expected a LiteRT text model with one signature and one "
+                f"token input. Received: {model_path!r} with signatures "
+                f"{keys}" + (f" and inputs {sorted(inputs)}" if keys else "")
+            )
+        self.runner = self.litert.runner(keys[0])
+        ((self.input_name, spec),) = inputs.items()
+        self.length_axes = length_axes(config, model_path)
         self.batch_size, length = (int(d) for d in spec["shape"])
         # A model exported with `dynamic_length=True` has a -1 time axis: it
         # takes each review's own tokens (and cuts them at its length).
@@ -170,6 +179,7 @@ class LiteRTClassifier:
                 None if self.dynamic else length,
             )
         metadata_length(length, "its input length", model_path)
+        self.max_length = max_tokens
         self.tokenizer = Tokenizer(
             vocabulary,
             None if self.dynamic else length,
@@ -186,10 +196,23 @@ class LiteRTClassifier:
                 ) from None
             return {k: np.array(v) for k, v in out.items()}
 
+    def _run_row(self, row):
+        """One variable-length row; outputs whose time axis the file pads
+        to its length (`length_axes`) cut back to the row's own."""
+        out = self._run(**{self.input_name: row[None]})
+        width = min(len(row), self.max_length or len(row))
+        for name, axes in self.length_axes.items():
+            if name in out:
+                index = [slice(None)] * out[name].ndim
+                for axis in axes:
+                    index[axis] = slice(0, width)
+                out[name] = out[name][tuple(index)]
+        return out
+
     def _predict_each(self, rows):
         """Variable-length rows one at a time; outputs padded with zeros
         on their last axis to the widest (the attention's time axis)."""
-        outs = [self._run(tokens=row[None]) for row in rows]
+        outs = [self._run_row(row) for row in rows]
         if not outs:  # no texts: no outputs, as the fixed-length path
             return {}
         stacked = {}
@@ -219,7 +242,7 @@ class LiteRTClassifier:
                 chunk = np.concatenate(
                     [chunk, np.zeros((pad, chunk.shape[1]), "int32")]
                 )
-            out = self._run(tokens=chunk)
+            out = self._run(**{self.input_name: chunk})
             for name, value in out.items():
                 outputs.setdefault(name, []).append(
                     value[: self.batch_size - pad]

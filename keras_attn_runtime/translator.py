@@ -17,7 +17,7 @@ from keras_attn_runtime.artifact import (
     metadata,
     metadata_length,
 )
-from keras_attn_runtime.classifier import _interpreter
+from keras_attn_runtime.engine import LiteRTModel
 from keras_attn_runtime.text import (
     STANDARDIZERS,
     UNKNOWN_WORDS,
@@ -49,9 +49,13 @@ class LiteRTTranslator:
             whose `uniforms` input takes one number in `[0, 1)` per output
             token): the seed of NumPy's generator that draws them. Defaults
             to `None` (fresh entropy).
+        accelerator: `"cpu"` (the default), `"gpu"` or `"npu"` (see
+            `keras_attn_runtime.engine.LiteRTModel`).
     """
 
-    def __init__(self, model_path, num_threads=None, seed=None):
+    def __init__(
+        self, model_path, num_threads=None, seed=None, accelerator="cpu"
+    ):
         if seed is not None and (
             isinstance(seed, bool) or not isinstance(seed, int) or seed < 0
         ):
@@ -60,9 +64,11 @@ class LiteRTTranslator:
                 f"Received: seed={seed!r}"
             )
         data, model = load_verified(model_path)
-        self.interpreter = _interpreter(data, model_path, num_threads)
+        self.litert = LiteRTModel(
+            data, model, model_path, num_threads, accelerator
+        )
         self._lock = threading.Lock()
-        signatures = self.interpreter.get_signature_list()
+        signatures = self.litert.signatures
         entries = metadata(model)
         if "translate" not in signatures or METADATA_CONFIG not in entries:
             raise ValueError(
@@ -81,7 +87,7 @@ class LiteRTTranslator:
                 f"keras_attn.config metadata is malformed: "
                 f"{type(err).__name__} {err})"
             ) from None
-        self.runner = self.interpreter.get_signature_runner("translate")
+        self.runner = self.litert.runner("translate")
         # Files written since 0.3 read the sentence's own length; earlier
         # ones a fixed `source_length`, padded with zeros.
         inputs = self.runner.get_input_details()
@@ -193,7 +199,10 @@ class LiteRTTranslator:
         if self.end in ids:
             ids = ids[: ids.index(self.end)]
         ids = [i for i in ids if i > 0]
-        return ids, align[: len(ids)], words
+        # A file that reads the sentence's own length pads the alignment
+        # to its `source_length` (a size declared before the run).
+        width = len(words) if self.dynamic else align.shape[-1]
+        return ids, align[: len(ids), :width], words
 
     def translate(self, text, truncate=False):
         """The translation of `text` (empty for an input with no words).

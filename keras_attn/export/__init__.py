@@ -23,10 +23,12 @@ from keras_attn.export.destination import (
 )
 from keras_attn.export.litert import (
     QUANTIZATIONS,
+    at_static_sizes,
     check_signature_quantize,
     convert_tflite,
     export_signatures_tflite,
     export_tflite,
+    length_axes,
     tflite_op_names,
     with_metadata,
 )
@@ -49,6 +51,7 @@ from keras_attn.export.unroll import (
 )
 
 __all__ = [
+    "at_static_sizes",
     "KINDS",
     "KNOWN_WORDS",
     "QUANTIZATIONS",
@@ -66,6 +69,7 @@ __all__ = [
     "export_text_model",
     "export_text_tflite",
     "export_tflite",
+    "length_axes",
     "has_rnn",
     "is_onnx_file",
     "is_saved_model_dir",

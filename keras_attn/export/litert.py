@@ -56,9 +56,11 @@ def convert_tflite(
             `tokens` of shape `(batch_size, -1)`: feed each review's own
             tokens and a recurrent model runs only that many steps (the
             model cuts inputs longer than its static length, as the
-            vectorizer did). Not with unrolling, so not for a recurrent
-            model in `"int8"`; an attention model in `"int8"` is then
-            calibrated at each row's own length.
+            vectorizer did). Outputs along the time axis keep the static
+            length, zero-padded past the input's (`length_axes`). Not
+            with unrolling, so not for a recurrent model in `"int8"`; an
+            attention model in `"int8"` is then calibrated at each row's
+            own length.
     """
     import tensorflow as tf
 
@@ -101,13 +103,25 @@ def convert_tflite(
         name="tokens",
     )
 
+    # Static output sizes: see `length_axes`.
+    static = _named_outputs(model)
+    pad = {
+        name: {axis: static[name].shape[axis] for axis in axes}
+        for name, axes in (
+            length_axes(model, ready) if dynamic_length else {}
+        ).items()
+    }
+
     @tf.function(input_signature=[spec])
     def serve(tokens):
         out = ready(tokens[:, :length], training=False)
-        if isinstance(out, dict):
-            return out
-        out = out if isinstance(out, (list, tuple)) else [out]
-        return {f"output_{i}": o for i, o in enumerate(out)}
+        if not isinstance(out, dict):
+            out = out if isinstance(out, (list, tuple)) else [out]
+            out = {f"output_{i}": o for i, o in enumerate(out)}
+        return {
+            k: at_static_sizes(v, pad[k]) if k in pad else v
+            for k, v in out.items()
+        }
 
     frozen = _freeze(serve)
     module = tf.Module()
@@ -118,6 +132,64 @@ def convert_tflite(
         return _convert(
             converter, quantize, representative_data, dynamic_length
         )
+
+
+def _named_outputs(model):
+    """`model`'s outputs by the names `convert_tflite`'s signature gives
+    them."""
+    outputs = model.output
+    if isinstance(outputs, dict):
+        return dict(outputs)
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    return {f"output_{i}": o for i, o in enumerate(outputs)}
+
+
+def length_axes(model, dynamic=None):
+    """`{output name: [axis, ...]}`: the axes of a token model's outputs
+    whose size follows the input's length (an attention map's time axis),
+    found as those that lose their static size when the input's does.
+
+    A file written with `dynamic_length=True` pads them to the model's
+    static length: LiteRT's `CompiledModel` allocates each output from its
+    declared shape before the run, and a size that a `WHILE` loop
+    computes would otherwise be declared as 1 and written past its
+    buffer. The exported config records them (`keras_attn_runtime` cuts
+    them back to each input's length).
+
+    Args:
+        model: a Keras model with one integer input of static length.
+        dynamic: `model` with a variable time axis, if already built
+            (`unroll.with_dynamic_length`).
+    """
+    dynamic = dynamic if dynamic is not None else with_dynamic_length(model)
+    static, free = _named_outputs(model), _named_outputs(dynamic)
+    axes = {}
+    for name, tensor in static.items():
+        found = [
+            axis
+            for axis, (n, m) in enumerate(
+                zip(tensor.shape, free[name].shape, strict=True)
+            )
+            if axis > 0 and n is not None and m is None
+        ]
+        if found:
+            axes[name] = found
+    return axes
+
+
+def at_static_sizes(tensor, sizes):
+    """`tensor` zero-padded at the end of the axes `sizes` names
+    (`{axis: size}`) to those sizes, declared with them (a pad by the full
+    size, then a slice of constant size: LiteRT keeps static sizes
+    through these)."""
+    import tensorflow as tf
+
+    pads = [[0, sizes.get(axis, 0)] for axis in range(tensor.shape.rank)]
+    cut = [
+        sizes[axis] if axis in sizes else tf.shape(tensor)[axis]
+        for axis in range(tensor.shape.rank)
+    ]
+    return tf.slice(tf.pad(tensor, pads), [0] * tensor.shape.rank, cut)
 
 
 @contextlib.contextmanager

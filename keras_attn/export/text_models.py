@@ -17,6 +17,7 @@ from keras_attn.export.litert import (
     QUANTIZATIONS,
     _scratch,
     convert_tflite,
+    length_axes,
     with_metadata,
 )
 from keras_attn_runtime import artifact
@@ -87,10 +88,14 @@ def _text_tflite_bytes(
         dynamic_length=dynamic_length,
     )
     vocabulary = "\n".join(vectorizer.get_vocabulary()) + "\n"
+    settings = (
+        {"length_axes": length_axes(token_model)} if dynamic_length else {}
+    )
     config = artifact.artifact_config(
         artifact.TEXT_CLASSIFIER,
         max_length=int(token_model.inputs[0].shape[1]),
         quantize=quantize,
+        **settings,
     )
     return with_metadata(
         data,

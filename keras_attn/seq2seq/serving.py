@@ -418,10 +418,13 @@ class Translator(tf.Module):
     ):
         """LiteRT model whose `translate(source (1, S) int32)` signature
         runs the whole search (a builtin `WHILE`) and returns `ids (1, L)`
-        and `alignment (1, L, S)`; builtin ops only. `S` is the
-        sentence's own token count (at most `source_length`): the encoder
-        and the attention run on no padding. `pad_source=True` reads
-        `source_length` tokens, zero-padded, as the SavedModel does: for
+        and `alignment (1, L, source_length)`; builtin ops only. The input
+        is the sentence's own `S` tokens (at most `source_length`): the
+        encoder and the attention run on no padding, and the alignment's
+        columns past `S` are zeros (so that every output's size is
+        declared before the run, as LiteRT's `CompiledModel` needs).
+        `pad_source=True` reads `source_length` tokens, zero-padded, as
+        the SavedModel does: for
         an encoder whose output depends on padding (one that does not
         mask). `search_method`: `"greedy"`, `"beam"` (the translator's
         `sampler`, a `BeamSampler`), or a token sampler in any form
@@ -443,7 +446,7 @@ class Translator(tf.Module):
         (`keras_attn_runtime.LiteRTTranslator`) needs travel inside the file
         as metadata.
         """
-        from keras_attn.export import export_signatures_tflite
+        from keras_attn.export import at_static_sizes, export_signatures_tflite
 
         for name, value in (
             ("pad_source", pad_source),
@@ -456,6 +459,16 @@ class Translator(tf.Module):
                 )
         sampler = litert_file.litert_sampler(self, search_method)
         width = self.source_length if pad_source else None
+
+        def static_alignment(out):
+            # LiteRT's CompiledModel sizes outputs before the run: the
+            # alignment's source axis, computed in the loop, is padded to
+            # `source_length` so that its declared size is true.
+            align = out["alignment"]
+            if width is None:
+                align = at_static_sizes(align, {2: self.source_length})
+            return {"ids": out["ids"], "alignment": align}
+
         source = tf.TensorSpec([1, width], tf.int32, "source")
         if isinstance(sampler, samplers.RandomSampler):
             # LiteRT has no stateless random op: the numbers are an input.
@@ -466,14 +479,14 @@ class Translator(tf.Module):
             @tf.function(input_signature=[source, uniforms])
             def translate(source, uniforms):
                 out = self._decode(source, sampler, unroll_first_step, uniforms)
-                return {"ids": out["ids"], "alignment": out["alignment"]}
+                return static_alignment(out)
 
         else:
 
             @tf.function(input_signature=[source])
             def translate(source):
                 out = self._decode(source, sampler, unroll_first_step)
-                return {"ids": out["ids"], "alignment": out["alignment"]}
+                return static_alignment(out)
 
         metadata = litert_file.litert_metadata(self, sampler)
         return export_signatures_tflite(

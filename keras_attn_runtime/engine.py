@@ -1,0 +1,315 @@
+"""Running a LiteRT file: LiteRT's `CompiledModel` on the CPU, a GPU or
+an NPU, with the buffers it creates itself; its classic `Interpreter`
+only for the files `CompiledModel` cannot run, each named.
+
+Both engines are called the same way: `LiteRTModel.runner(key)` is a
+callable taking the signature's inputs as NumPy arrays by name and
+returning its outputs by name, with `get_input_details()` (shapes, the
+signature's `-1` axes, dtypes) read from the file itself.
+"""
+
+import numpy as np
+
+ACCELERATORS = ("cpu", "gpu", "npu")
+ENGINES = ("compiled_model", "interpreter")
+
+# LiteRT's tensor types (schema `TensorType`) as NumPy dtypes.
+_DTYPES = {
+    0: "float32",
+    1: "float16",
+    2: "int32",
+    3: "uint8",
+    4: "int64",
+    6: "bool",
+    7: "int16",
+    9: "int8",
+    10: "float64",
+}
+
+
+def _seq(value):
+    """A flatbuffer vector field as a sequence (`None` → empty)."""
+    return [] if value is None else value
+
+
+def _name(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def signature_tensors(model):
+    """`{signature key: {"inputs": {name: spec}, "outputs": {name: spec}}}`
+    of a verified model object (`artifact.verify_model`), each spec
+    `{"shape", "shape_signature", "dtype"}` as the file declares them
+    (int32 arrays, as LiteRT's Interpreter gives them; `-1` in
+    `shape_signature`: a size known only at run time)."""
+    out = {}
+    for sig in _seq(model.signatureDefs):
+        tensors = model.subgraphs[sig.subgraphIndex].tensors
+        entry = {}
+        for side, items in (("inputs", sig.inputs), ("outputs", sig.outputs)):
+            entry[side] = {}
+            for item in _seq(items):
+                tensor = tensors[item.tensorIndex]
+                shape = [int(d) for d in _seq(tensor.shape)]
+                declared = [int(d) for d in _seq(tensor.shapeSignature)]
+                entry[side][_name(item.name)] = {
+                    "shape": np.array(shape, "int32"),
+                    "shape_signature": np.array(declared or shape, "int32"),
+                    "dtype": _DTYPES.get(tensor.type, f"type {tensor.type}"),
+                }
+        out[_name(sig.signatureKey)] = entry
+    return out
+
+
+def why_not_compiled(signatures):
+    """Why `CompiledModel` cannot run a file with these `signatures`
+    (`signature_tensors`), or `None` when it can.
+
+    `CompiledModel` allocates each output from its declared shape before
+    the run. An output with a size computed during the run (a `-1` axis
+    other than a batch axis that follows an input's) would be written
+    past its buffer: keras_attn's files before 0.3 declared an attention
+    map's or an alignment's width that way.
+    """
+    for key, entry in signatures.items():
+        free = {
+            d
+            for spec in entry["inputs"].values()
+            for d, n in enumerate(spec["shape_signature"])
+            if n == -1
+        }
+        for name, spec in entry["outputs"].items():
+            for d, n in enumerate(spec["shape_signature"]):
+                if n == -1 and not (d == 0 and 0 in free):
+                    return (
+                        f"output {name!r} of signature {key!r} has a size "
+                        f"known only at run time (axis {d}; declared "
+                        f"{spec['shape_signature'].tolist()})"
+                    )
+    return None
+
+
+def check_accelerator(accelerator):
+    if accelerator not in ACCELERATORS:
+        raise ValueError(
+            f"Expected accelerator to be one of {ACCELERATORS}. "
+            f"Received: accelerator={accelerator!r}"
+        )
+
+
+def check_num_threads(num_threads):
+    if num_threads is not None and (
+        isinstance(num_threads, bool)
+        or not isinstance(num_threads, int)
+        or num_threads < 1
+    ):
+        raise ValueError(
+            "Expected num_threads to be None or a positive integer. "
+            f"Received: num_threads={num_threads!r}"
+        )
+
+
+class LiteRTModel:
+    """A LiteRT file ready to run (see the module's docstring).
+
+    Args:
+        data: the file's bytes.
+        model: its verified model object (`artifact.load_verified`).
+        model_path: the file's path, for messages.
+        num_threads: CPU threads. Defaults to `None` (LiteRT's choice).
+        accelerator: `"cpu"` (the default), `"gpu"` or `"npu"`. An
+            accelerator runs what it can and the CPU the rest:
+            `fully_accelerated` says whether anything fell back. Where
+            LiteRT finds no such device, a `ValueError` names it.
+
+    Attributes:
+        engine: `"compiled_model"`, or `"interpreter"` for a file that
+            `CompiledModel` cannot run (`interpreter_reason` says why).
+        fully_accelerated: `CompiledModel.is_fully_accelerated()`: every
+            op on the accelerator (always `True` on the CPU, `False`
+            under the Interpreter).
+        signatures: `signature_tensors` of the file.
+    """
+
+    def __init__(
+        self, data, model, model_path, num_threads=None, accelerator="cpu"
+    ):
+        check_accelerator(accelerator)
+        check_num_threads(num_threads)
+        self.model_path = model_path
+        self.accelerator = accelerator
+        self.signatures = signature_tensors(model)
+        self.interpreter_reason = why_not_compiled(self.signatures)
+        if self.interpreter_reason is not None and accelerator != "cpu":
+            raise ValueError(
+                f"accelerator={accelerator!r} needs LiteRT's CompiledModel, "
+                f"which cannot run {model_path!r}: "
+                f"{self.interpreter_reason}. Export it again with this "
+                "keras_attn, or run it with accelerator='cpu'."
+            )
+        if self.interpreter_reason is None:
+            self.engine = "compiled_model"
+            self._compiled = _compile(
+                data, model_path, num_threads, accelerator
+            )
+            self.fully_accelerated = accelerator == "cpu" or bool(
+                self._compiled.is_fully_accelerated()
+            )
+        else:
+            self.engine = "interpreter"
+            self._interpreter = _interpreter(data, model_path, num_threads)
+            self.fully_accelerated = False
+
+    def runner(self, key):
+        """The callable that runs signature `key`."""
+        if key not in self.signatures:
+            raise ValueError(
+                f"Expected a signature of {sorted(self.signatures)}. "
+                f"Received: {key!r} for {self.model_path!r}"
+            )
+        if self.engine == "interpreter":
+            return _InterpreterRunner(
+                self._interpreter.get_signature_runner(key),
+                self.signatures[key],
+            )
+        return _CompiledRunner(self._compiled, key, self.signatures[key])
+
+
+def _compile(data, model_path, num_threads, accelerator):
+    from ai_edge_litert import compiled_model as litert
+
+    hardware = litert.HardwareAccelerator.CPU
+    if accelerator != "cpu":
+        hardware |= getattr(litert.HardwareAccelerator, accelerator.upper())
+    options = litert.Options(
+        hardware_accelerators=hardware,
+        cpu_options=litert.CpuOptions(num_threads=num_threads or 0),
+    )
+    try:
+        return litert.CompiledModel.from_buffer(data, options=options)
+    except (RuntimeError, ValueError) as err:
+        detail = " ".join(str(err).split())[:300]
+        if accelerator != "cpu":
+            raise ValueError(
+                f"accelerator={accelerator!r}: LiteRT could not use a "
+                f"{accelerator.upper()} for {model_path!r} (none found, or "
+                f"its plugin failed: {detail}). Use accelerator='cpu'."
+            ) from None
+        raise ValueError(
+            f"Not a valid LiteRT model: {model_path!r} ({detail})"
+        ) from None
+
+
+def _interpreter(data, model_path, num_threads=None):
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        return Interpreter(model_content=data, num_threads=num_threads)
+    except (ValueError, RuntimeError) as err:
+        raise ValueError(
+            f"Not a valid LiteRT model: {model_path!r} ({err})"
+        ) from err
+
+
+def _checked_inputs(spec, feed):
+    """`feed` as contiguous arrays of the signature's dtypes and ranks,
+    their fixed axes at the declared sizes; a `ValueError` naming the
+    input otherwise."""
+    if set(feed) != set(spec):
+        raise ValueError(
+            f"Expected the inputs {sorted(spec)}. Received: {sorted(feed)}"
+        )
+    arrays = {}
+    for name, value in feed.items():
+        want = spec[name]
+        array = np.ascontiguousarray(value)
+        if array.dtype != np.dtype(want["dtype"]):
+            raise ValueError(
+                f"Expected input {name!r} of dtype {want['dtype']}. "
+                f"Received: {array.dtype}"
+            )
+        declared = [int(d) for d in want["shape_signature"]]
+        if array.ndim != len(declared) or any(
+            n not in (-1, m) for n, m in zip(declared, array.shape, strict=True)
+        ):
+            raise ValueError(
+                f"Expected input {name!r} of shape {list(declared)} (-1: "
+                f"any size). Received: shape {list(array.shape)}"
+            )
+        arrays[name] = array
+    return arrays
+
+
+class _InterpreterRunner:
+    def __init__(self, runner, spec):
+        self._runner = runner
+        self._spec = spec
+
+    def get_input_details(self):
+        return self._spec["inputs"]
+
+    def get_output_details(self):
+        return self._spec["outputs"]
+
+    def __call__(self, **feed):
+        arrays = _checked_inputs(self._spec["inputs"], feed)
+        return {k: np.array(v) for k, v in self._runner(**arrays).items()}
+
+
+class _CompiledRunner:
+    """One signature under `CompiledModel`: inputs resized when their
+    shapes change, and buffers created by `CompiledModel` for each new
+    set of shapes (reused while the shapes stay)."""
+
+    def __init__(self, compiled, key, spec):
+        self._compiled = compiled
+        self._key = key
+        self._spec = spec
+        self._shapes = {
+            n: tuple(int(d) for d in s["shape"])
+            for n, s in spec["inputs"].items()
+        }
+        self._buffers = None
+
+    def get_input_details(self):
+        return self._spec["inputs"]
+
+    def get_output_details(self):
+        return self._spec["outputs"]
+
+    def _prepare(self, arrays):
+        changed = False
+        for name, array in arrays.items():
+            if tuple(array.shape) != tuple(self._shapes[name]):
+                self._compiled.resize_input_tensor_by_name(
+                    self._key, name, list(array.shape)
+                )
+                self._shapes[name] = tuple(array.shape)
+                changed = True
+        if changed or self._buffers is None:
+            compiled, key = self._compiled, self._key
+            inputs = {
+                n: compiled.create_input_buffer_by_name(key, n) for n in arrays
+            }
+            details = compiled.get_output_tensor_details(key)
+            outputs = {
+                n: compiled.create_output_buffer_by_name(key, n)
+                for n in details
+            }
+            shapes = {
+                n: (tuple(int(d) for d in v["shape"]), np.dtype(v["dtype"]))
+                for n, v in details.items()
+            }
+            self._buffers = inputs, outputs, shapes
+
+    def __call__(self, **feed):
+        arrays = _checked_inputs(self._spec["inputs"], feed)
+        self._prepare(arrays)
+        inputs, outputs, shapes = self._buffers
+        for name, array in arrays.items():
+            inputs[name].write(array)
+        self._compiled.run_by_name(self._key, inputs, outputs)
+        return {
+            name: outputs[name].read(int(np.prod(shape)), dtype).reshape(shape)
+            for name, (shape, dtype) in shapes.items()
+        }

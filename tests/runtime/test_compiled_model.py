@@ -1,0 +1,234 @@
+"""LiteRT's `CompiledModel` runs every file keras_attn writes with the
+buffers it creates itself, and equals the classic Interpreter.
+
+`CompiledModel` allocates each output from its declared shape before the
+run; a size computed in a `WHILE` loop (a BiLSTM's time axis, a
+translator's source axis) was declared as 1 and the run wrote past the
+buffer. Each file is run by LiteRT's own API in a child process, so that
+a crash fails the test instead of ending the run.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from keras_attn import export
+from keras_attn_runtime import LiteRTClassifier, LiteRTTranslator, engine
+from keras_attn_runtime.artifact import load_verified
+from tests.paths import ROOT
+
+# LiteRT's documented use: CompiledModel's own buffers, each output read
+# at the shape CompiledModel declares; then the Interpreter on the same
+# inputs. Prints the largest difference of each output.
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from ai_edge_litert.compiled_model import CompiledModel
+    from ai_edge_litert.interpreter import Interpreter
+
+    path, key = sys.argv[1], sys.argv[2]
+    feeds = [
+        {n: np.array(v, dtype=d) for n, (v, d) in feed.items()}
+        for feed in json.loads(sys.argv[3])
+    ]
+    model = CompiledModel.from_file(path)
+    interpreter = Interpreter(model_path=path).get_signature_runner(key)
+    report = []
+    for feed in feeds:
+        for name, array in feed.items():
+            model.resize_input_tensor_by_name(key, name, list(array.shape))
+        inputs = {n: model.create_input_buffer_by_name(key, n) for n in feed}
+        for name, array in feed.items():
+            inputs[name].write(array)
+        declared = model.get_output_tensor_details(key)
+        outputs = {
+            n: model.create_output_buffer_by_name(key, n) for n in declared
+        }
+        model.run_by_name(key, inputs, outputs)
+        want = interpreter(**feed)
+        row = {}
+        for name, spec in declared.items():
+            shape = [int(d) for d in spec["shape"]]
+            got = outputs[name].read(int(np.prod(shape)), spec["dtype"])
+            got = got.reshape(shape)
+            row[name] = {
+                "declared": shape,
+                "interpreter": list(want[name].shape),
+                "max_abs_diff": float(
+                    np.max(np.abs(got.astype("float64") - want[name]))
+                ) if got.shape == want[name].shape else None,
+            }
+        report.append(row)
+    print(json.dumps(report))
+    """
+)
+
+
+def run_compiled(path, key, feeds, integer_outputs=()):
+    """Run `feeds` (a list of `{input name: array}`) through signature
+    `key` of `path` under `CompiledModel` in a child process; assert that
+    it ran, that every declared shape is the Interpreter's, and that the
+    outputs are equal (integers exactly, floats within 1e-6)."""
+    payload = json.dumps(
+        [
+            {
+                n: [np.asarray(a).tolist(), str(np.asarray(a).dtype)]
+                for n, a in feed.items()
+            }
+            for feed in feeds
+        ]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, path, key, payload],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert done.returncode == 0, (
+        f"CompiledModel on {os.path.basename(path)} ended with "
+        f"{done.returncode}: {done.stderr[-2000:]}"
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    for row in report:
+        for name, seen in row.items():
+            assert seen["declared"] == seen["interpreter"], (name, seen)
+            bound = 0.0 if name in integer_outputs else 1e-6
+            assert seen["max_abs_diff"] <= bound, (name, seen)
+    return report
+
+
+@pytest.fixture(scope="module")
+def bilstm_model():
+    from tests.export.test_export import build_text_model
+
+    return build_text_model(encoder="rnn")
+
+
+@pytest.mark.parametrize("quantize", ["none", "dynamic"])
+def test_a_variable_length_bilstm_file_runs_under_compiled_model(
+    bilstm_model, quantize, tmp_path
+):
+    # Before its outputs were padded, this file's attention was declared
+    # (1, 8, 1) and CompiledModel crashed the process (SIGSEGV).
+    path = str(tmp_path / "model.tflite")
+    export.export_text_tflite(
+        bilstm_model, path, quantize=quantize, dynamic_length=True
+    )
+    feeds = [
+        {"tokens": np.arange(2, 2 + n, dtype="int32")[None] % 300 + 2}
+        for n in (1, 5, 24, 40)  # 40: longer than the model reads
+    ]
+    report = run_compiled(path, "serving_default", feeds)
+    assert report[0]["attention"]["declared"] == [1, 3, 24]
+    # The runtime gives each row its own width, as files before did.
+    clf = LiteRTClassifier(path)
+    assert clf.litert.engine == "compiled_model"
+    assert clf.length_axes == {"attention": [2]}
+    texts = ["great film", "a dull and boring plot that never ends", ""]
+    got = clf.predict(texts)
+    want = bilstm_model.predict(np.array(texts, dtype=object), verbose=0)
+    tol = 1e-5 if quantize == "none" else 0.05
+    np.testing.assert_allclose(
+        got["probability"], want["probability"], atol=tol
+    )
+    widths = [len(row) for row in clf.tokenizer(texts)]
+    assert got["attention"].shape == (3, 3, max(widths))
+    for i, width in enumerate(widths):
+        np.testing.assert_allclose(
+            got["attention"][i, :, :width],
+            want["attention"][i, :, :width]
+            if quantize == "none"
+            else got["attention"][i, :, :width],
+            atol=1e-5,
+        )
+        assert not got["attention"][i, :, width:].any()
+
+
+def test_the_runtime_names_why_a_file_runs_under_the_interpreter(
+    bilstm_model, tmp_path
+):
+    # A file with an output sized during the run (as keras_attn's files
+    # before 0.3): the runtime takes the Interpreter and says why.
+    import tensorflow as tf
+
+    from keras_attn.export.text_models import split_text_model
+
+    _, token_model = split_text_model(bilstm_model)
+    ready = export.with_dynamic_length(token_model)
+
+    @tf.function(
+        input_signature=[tf.TensorSpec([1, None], tf.int32, name="tokens")]
+    )
+    def serve(tokens):
+        return ready(tokens, training=False)
+
+    path = str(tmp_path / "old.tflite")
+    export.export_signatures_tflite({"serving_default": serve}, path)
+    data, model = load_verified(path)
+    lite = engine.LiteRTModel(data, model, path)
+    assert lite.engine == "interpreter"
+    assert "output 'attention'" in lite.interpreter_reason
+    assert "[1, 3, -1]" in lite.interpreter_reason
+    out = lite.runner("serving_default")(tokens=np.array([[5, 6, 7]], "int32"))
+    assert out["attention"].shape == (1, 3, 3)
+    with pytest.raises(ValueError, match="accelerator='gpu' needs"):
+        engine.LiteRTModel(data, model, path, accelerator="gpu")
+
+
+def test_the_runtime_checks_its_arguments_and_inputs(bilstm_model, tmp_path):
+    path = str(tmp_path / "model.tflite")
+    export.export_text_tflite(bilstm_model, path, dynamic_length=True)
+    with pytest.raises(ValueError, match="accelerator='tpu'"):
+        LiteRTClassifier(path, accelerator="tpu")
+    with pytest.raises(ValueError, match="num_threads=0"):
+        LiteRTClassifier(path, num_threads=0)
+    runner = LiteRTClassifier(path).runner
+    with pytest.raises(ValueError, match="dtype int32. Received: float32"):
+        runner(tokens=np.ones((1, 3), "float32"))
+    with pytest.raises(ValueError, match=r"shape \[1, -1\].*\[2, 3\]"):
+        runner(tokens=np.ones((2, 3), "int32"))
+    with pytest.raises(ValueError, match=r"inputs \['tokens'\]"):
+        runner(ids=np.ones((1, 3), "int32"))
+
+
+def test_an_accelerator_runs_or_is_named_as_missing(bilstm_model, tmp_path):
+    # On a machine without a GPU LiteRT refuses the accelerator, and the
+    # error names it; with one, the file runs and says what fell back.
+    path = str(tmp_path / "model.tflite")
+    export.export_text_tflite(bilstm_model, path, dynamic_length=True)
+    try:
+        clf = LiteRTClassifier(path, accelerator="gpu")
+    except ValueError as err:
+        assert "accelerator='gpu'" in str(err) and "GPU" in str(err)
+    else:
+        assert isinstance(clf.litert.fully_accelerated, bool)
+        assert np.isfinite(clf.predict(["great film"])["probability"]).all()
+
+
+@pytest.mark.slow
+def test_a_translator_file_runs_under_compiled_model(tmp_path):
+    from tests.seq2seq.test_seq2seq import S, tiny_model, tiny_translator
+
+    translator = tiny_translator(tiny_model(), beam_width=3)
+    texts = ["a b c", "d .", "c c a b", "a"]
+    for search in ("greedy", "beam"):
+        path = str(tmp_path / f"{search}.tflite")
+        translator.export_tflite(path, search_method=search)
+        lite = LiteRTTranslator(path)
+        assert lite.litert.engine == "compiled_model"
+        feeds = [
+            {"source": lite.source_ids(lite.source_words(t))} for t in texts
+        ]
+        report = run_compiled(path, "translate", feeds, ("ids",))
+        assert report[0]["alignment"]["declared"] == [1, 5, S]
+        want = translator.translate_texts(texts, greedy=search == "greedy")
+        assert [lite.translate(t) for t in texts] == want
+        ids, align, words = lite.translate_ids("a b c")
+        assert align.shape == (len(ids), 3)
