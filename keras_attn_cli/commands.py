@@ -14,11 +14,11 @@ import numpy as np
 from keras_attn_cli.inputs import (  # noqa: F401  (names tests reach here)
     CHUNK,
     MAX_LINE_BYTES,
-    _snippet,
     iter_text_lines,
     iter_texts,
     read_text_file,
     read_texts,
+    snippet,
 )
 from keras_attn_cli.models import (  # noqa: F401
     GET_MODELS,
@@ -92,7 +92,7 @@ def _classify(args):
     for result, n in zip(results, known, strict=True):
         print(
             f"[{_verdict(result['probability'], n)}] "
-            f"{_snippet(result['text'], 90)}"
+            f"{snippet(result['text'], 90)}"
         )
         if n:
             words = ", ".join(w for w, _ in explain.top_tokens(result, 6))
@@ -113,7 +113,7 @@ def _check_sentences(texts, flag="text"):
         if not text.strip():
             raise ValueError(
                 "Expected a non-empty sentence. Received: "
-                f"{flag}={_snippet(text)!r}"
+                f"{flag}={snippet(text)!r}"
             )
 
 
@@ -131,7 +131,7 @@ def _check_length(out, texts, flag="text"):
                 f"Expected at most {limit} words per sentence (source "
                 "tokens: a subword translator counts word pieces; the "
                 "translator reads no more). Received: "
-                f"{flag}={_snippet(text)!r}; "
+                f"{flag}={snippet(text)!r}; "
                 "split it into shorter sentences"
             )
 
@@ -223,7 +223,7 @@ def _explain(args):
     if known == 0:
         raise ValueError(
             f"No known word in the text: nothing to explain. Received: "
-            f"{_snippet(text)!r}"
+            f"{snippet(text)!r}"
         )
     explain.check_outputs(args.out, args.overwrite)
     result = run_model(explain.attend, model, [text])[0]
@@ -306,7 +306,7 @@ def _predict(args):
                 f"{probs.shape[0]} for {len(chunk)} texts"
             )
         for text, p, n in zip(chunk, probs, known, strict=True):
-            print(f"{_verdict(float(p), n)}\t{_snippet(text)}", flush=True)
+            print(f"{_verdict(float(p), n)}\t{snippet(text)}", flush=True)
 
 
 def _scorer(path, args):

@@ -93,6 +93,6 @@ def read_texts(args, default=None, flag="text"):
         raise
 
 
-def _snippet(text, width=80):
+def snippet(text, width=80):
     text = " ".join(text[: 4 * width].split())  # never splits a long text
     return text if len(text) <= width else text[: width - 3] + "..."

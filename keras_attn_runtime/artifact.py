@@ -285,7 +285,7 @@ def _onnx_tensors(graph):
                 yield from _onnx_tensors(sub)
 
 
-def _config_object(raw, model_path):
+def config_object(raw, model_path):
     """The JSON object of a model's `keras_attn.config` metadata; a
     `ValueError` naming the file when it is not one."""
     try:

@@ -11,8 +11,8 @@ from keras_attn_runtime.artifact import (
     METADATA_SOURCE_VOCABULARY,
     METADATA_TARGET_VOCABULARY,
     TRANSLATOR,
-    _config_object,
     check_format,
+    config_object,
     load_verified,
     metadata,
     metadata_length,
@@ -77,7 +77,7 @@ class LiteRTTranslator:
                 f"signature and keras_attn.config metadata). Received: "
                 f"{model_path!r} with signatures {sorted(signatures)}"
             )
-        config = _config_object(entries[METADATA_CONFIG], model_path)
+        config = config_object(entries[METADATA_CONFIG], model_path)
         check_format(config, TRANSLATOR, model_path)
         try:
             self._read_config(config, entries, model_path)

@@ -60,3 +60,85 @@ def test_import_needs_only_keras_and_jax():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "jax (1, 2, 3)"
+
+
+PACKAGES = ("keras_attn", "keras_attn_cli", "keras_attn_runtime")
+
+
+def private_imports(path):
+    """`(line, text)` of each private name that `path` takes from another
+    of our modules: `from m import _x`, or `m._x` where `m` was imported
+    from our packages. A package's private modules (`layers/_sublayers`)
+    are its own: importing one from its package is not counted."""
+    import ast
+
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    package = os.path.dirname(os.path.relpath(path, ROOT)).replace(os.sep, ".")
+    found, names = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] not in PACKAGES:
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_")
+                own_module = node.module == package and os.path.isfile(
+                    os.path.join(ROOT, *package.split("."), alias.name + ".py")
+                )
+                if (
+                    private
+                    and not alias.name.startswith("__")
+                    and not own_module
+                ):
+                    found.append(
+                        (node.lineno, f"from {node.module} import {alias.name}")
+                    )
+                names.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in PACKAGES:
+                    names.add(alias.asname or alias.name.split(".")[0])
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Name)
+            and node.value.id in names
+        ):
+            found.append((node.lineno, f"{node.value.id}.{node.attr}"))
+    return found
+
+
+def test_no_private_name_crosses_modules():
+    # Each module's private names are its own: what another module needs
+    # is public (named without "_"), so that a change to a private helper
+    # is never a change to another module.
+    crossing = []
+    for package in PACKAGES:
+        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    crossing += [
+                        f"{os.path.relpath(path, ROOT)}:{line}: {text}"
+                        for line, text in private_imports(path)
+                    ]
+    assert not crossing, "\n".join(crossing)
+
+
+def test_the_private_import_check_sees_both_forms(tmp_path):
+    # The check above must be able to fail.
+    folder = tmp_path / "keras_attn_cli"
+    folder.mkdir()
+    path = folder / "probe.py"
+    path.write_text(
+        "from keras_attn.export.litert import _freeze\n"
+        "from keras_attn.export import litert\n"
+        "litert._convert\n"
+    )
+    found = [text for _, text in private_imports(str(path))]
+    assert found == [
+        "from keras_attn.export.litert import _freeze",
+        "litert._convert",
+    ]

@@ -60,7 +60,7 @@ def is_onnx_file(path):
         return False
 
 
-def _is_within(inner, outer):
+def is_within(inner, outer):
     """Whether `inner` is `outer` or lies below it (real paths)."""
     return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
 
@@ -98,7 +98,7 @@ def check_destination(path, kind, overwrite=False, protect=(), arg="path"):
         p = os.path.realpath(os.fspath(p))
         guarded += [p, os.path.dirname(p)]
     for g in guarded:
-        if _is_within(os.path.realpath(g), real):
+        if is_within(os.path.realpath(g), real):
             raise ValueError(
                 f"Refusing to replace {target!r}: it is or holds {g!r} "
                 "(the working directory, the home folder, the input model "
@@ -214,7 +214,7 @@ def clean_stale_temporaries(folder, prefix=_TMP_PREFIX, now=None):
     return removed
 
 
-def _temporary_dir(parent=None, prefix=_TMP_PREFIX, target=None):
+def temporary_dir(parent=None, prefix=_TMP_PREFIX, target=None):
     """A fresh temporary folder with our marker (see `_marker`)."""
     import secrets
     import socket
@@ -259,7 +259,7 @@ class _Stage:
     def __init__(self, target):
         self.target = target
         self.before = _identity(target)
-        self.tmp_dir = _temporary_dir(os.path.dirname(target), target=target)
+        self.tmp_dir = temporary_dir(os.path.dirname(target), target=target)
         self.tmp = os.path.join(self.tmp_dir, "new")
         self.old = os.path.join(self.tmp_dir, "old")
         self.moved_old = self.moved_new = False

@@ -18,11 +18,11 @@ shipped files (docs/edge.md says how):
 import numpy as np
 
 from keras_attn.export.flatbuffer import (
-    _names,
-    _read,
-    _schema,
     drop_index_wrapping,  # noqa: F401
+    enum_names,
     keep_probability_ranges,  # noqa: F401
+    litert_schema,
+    read_model,
 )
 
 # target: ({refused op}, {(op, refused value dtype)}, int64 refused)
@@ -49,10 +49,10 @@ def op_signatures(path_or_bytes):
     of `SELECT`/`SELECT_V2`, the first otherwise, its output for an op
     without inputs), e.g. `("GATHER", "INT8")`; and the dtypes of all
     its tensors."""
-    schema, _ = _schema()
-    model = _read(path_or_bytes)
-    ops = _names(schema, schema.BuiltinOperator)
-    types = _names(schema, schema.TensorType)
+    schema, _ = litert_schema()
+    model = read_model(path_or_bytes)
+    ops = enum_names(schema, schema.BuiltinOperator)
+    types = enum_names(schema, schema.TensorType)
     pairs, dtypes = set(), set()
     for graph in model.subgraphs:
         dtypes |= {types[t.type] for t in graph.tensors}
@@ -116,7 +116,7 @@ def output_names(path_or_bytes, by_tensor_name=False):
     outputs (the order TFLM and LiteRT index them): the signature's keys
     where the file has a signature, else the tensors' names. With
     `by_tensor_name`: `{tensor name: that name}` instead."""
-    model = _read(path_or_bytes)
+    model = read_model(path_or_bytes)
     graph = model.subgraphs[0]
     keys = {}
     for signature in model.signatureDefs or []:
@@ -251,8 +251,8 @@ def npu_partitions(path, soc_model="LNL"):
     from ai_edge_litert.aot import aot_compile
     from ai_edge_litert.aot.vendors.intel_openvino import target
 
-    schema, _ = _schema()
-    ops = _names(schema, schema.BuiltinOperator)
+    schema, _ = litert_schema()
+    ops = enum_names(schema, schema.BuiltinOperator)
     with tempfile.TemporaryDirectory() as scratch:
         result = aot_compile.aot_compile(
             path,

@@ -6,15 +6,15 @@ nothing to do. `keras_attn.export.edge` re-exports both."""
 import numpy as np
 
 
-def _schema():
+def litert_schema():
     from ai_edge_litert import schema_py_generated as schema
     from ai_edge_litert.tools import flatbuffer_utils
 
     return schema, flatbuffer_utils
 
 
-def _read(path_or_bytes):
-    schema, utils = _schema()
+def read_model(path_or_bytes):
+    schema, utils = litert_schema()
     if isinstance(path_or_bytes, (bytes, bytearray)):
         data = bytearray(path_or_bytes)
     else:
@@ -23,7 +23,7 @@ def _read(path_or_bytes):
     return utils.convert_bytearray_to_object(data)
 
 
-def _names(schema, enum):
+def enum_names(schema, enum):
     return {v: k for k, v in vars(enum).items() if not k.startswith("_")}
 
 
@@ -61,9 +61,9 @@ def _rewrite(data, graph_pass):
     """`data` after `graph_pass(model, graph, ops) -> changed` on every
     subgraph, ops that nothing reads any more removed; `data` itself when
     no pass changed anything."""
-    schema, utils = _schema()
-    model = _read(data)
-    ops = _names(schema, schema.BuiltinOperator)
+    schema, utils = litert_schema()
+    model = read_model(data)
+    ops = enum_names(schema, schema.BuiltinOperator)
     changed = False
     for graph in model.subgraphs:
         changed |= graph_pass(model, graph, ops)

@@ -7,9 +7,9 @@ import shutil
 import numpy as np
 
 from keras_attn.export.destination import (
-    _temporary_dir,
     check_destination,
     staged,
+    temporary_dir,
 )
 from keras_attn.export.flatbuffer import (
     drop_index_wrapping,
@@ -126,7 +126,7 @@ def convert_tflite(
     frozen = _freeze(serve)
     module = tf.Module()
     module.serve = frozen
-    with _scratch() as tmp:
+    with scratch_dir() as tmp:
         tf.saved_model.save(module, tmp, signatures={"serving_default": frozen})
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
         return _convert(
@@ -193,11 +193,11 @@ def at_static_sizes(tensor, sizes):
 
 
 @contextlib.contextmanager
-def _scratch():
+def scratch_dir():
     """A temporary folder under the system temp dir for intermediate
     SavedModels, removed afterwards; one left by a killed export is
     removed by the next export (its name carries the dead process id)."""
-    path = _temporary_dir(prefix="keras-attn-scratch-")
+    path = temporary_dir(prefix="keras-attn-scratch-")
     try:
         yield path
     finally:
@@ -356,7 +356,7 @@ def export_signatures_tflite(
     for name, function in functions.items():
         signatures[name] = _freeze(function)
         setattr(frozen, name, signatures[name])
-    with _scratch() as tmp:
+    with scratch_dir() as tmp:
         # Gradients are not needed to convert; tracing them fails on the
         # frozen constants of Keras's int8 layers (custom gradients).
         no_gradients = tf.saved_model.SaveOptions(

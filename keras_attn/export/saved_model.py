@@ -146,7 +146,7 @@ def _serve_function(model, input_signature=None, vectorizer=None):
     return serve
 
 
-def _write_saved_model(model, tmp, input_signature=None, vectorizer=None):
+def write_saved_model(model, tmp, input_signature=None, vectorizer=None):
     serve = _serve_function(model, input_signature, vectorizer)
     save_signatures(tmp, {"serving_default": serve}, trackables=[model])
 
@@ -175,7 +175,7 @@ def export_saved_model(
         path, "saved_model", overwrite, protect, arg="path"
     )
     with staged(target) as (tmp,):
-        _write_saved_model(model, tmp, input_signature)
+        write_saved_model(model, tmp, input_signature)
     return path
 
 

@@ -9,15 +9,15 @@ import numpy as np
 
 from keras_attn.export import saved_model as saved_model_module
 from keras_attn.export.destination import (
-    _is_within,
     check_destination,
+    is_within,
     staged,
 )
 from keras_attn.export.litert import (
     QUANTIZATIONS,
-    _scratch,
     convert_tflite,
     length_axes,
+    scratch_dir,
     with_metadata,
 )
 from keras_attn_runtime import artifact
@@ -180,7 +180,7 @@ def check_text_export(
     if len(set(targets.values())) < len(targets) or (
         folder
         and any(
-            _is_within(os.path.realpath(f), os.path.realpath(folder))
+            is_within(os.path.realpath(f), os.path.realpath(folder))
             for f in files
         )
     ):
@@ -261,7 +261,7 @@ def export_text_model(
     with staged(*targets.values()) as tmps:
         for kind, tmp in zip(kinds, tmps, strict=True):
             if kind == "saved_model":
-                saved_model_module._write_saved_model(
+                saved_model_module.write_saved_model(
                     text_model,
                     tmp,
                     vectorizer=split_text_model(text_model)[0],
@@ -278,7 +278,7 @@ def _text_onnx_bytes(text_model):
     import onnx
 
     vectorizer, token_model = split_text_model(text_model)
-    with _scratch() as tmp:
+    with scratch_dir() as tmp:
         path = os.path.join(tmp, "model.onnx")
         token_model.export(path, format="onnx", verbose=False)
         proto = onnx.load(path)

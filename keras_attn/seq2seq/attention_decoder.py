@@ -258,7 +258,10 @@ class AttentionDecoder(layers.Layer):
             )
         return states
 
-    def _states(self, batch_size, initial_state, memory):
+    def full_states(self, batch_size, initial_state, memory):
+        """The decoder's whole state list from a user's `initial_state`
+        (the cell's states; `None`: zeros): the input-feeding vector and
+        the monotonic alignment appended where the user gave none."""
         memory_length = None
         if self.monotonic is not None:
             memory_length = ops.shape(memory)[1]
@@ -328,7 +331,7 @@ class AttentionDecoder(layers.Layer):
         # would warn that it "destroys" it.
         inputs = ops.copy(ops.cast(inputs, self.compute_dtype))
         memory = each(lambda m: ops.cast(m, self.compute_dtype), memory)
-        states = self._states(ops.shape(inputs)[0], states, memory)
+        states = self.full_states(ops.shape(inputs)[0], states, memory)
         n = self._cell_states
         previous = states[-1] if self.monotonic is not None else None
         cell_states = list(states[:n])
@@ -373,7 +376,7 @@ class AttentionDecoder(layers.Layer):
         inputs = ops.cast(inputs, self.compute_dtype)
         memory = each(lambda m: ops.cast(m, self.compute_dtype), memory)
         batch = ops.shape(inputs)[0]
-        states = self._states(batch, initial_state, memory)
+        states = self.full_states(batch, initial_state, memory)
         steps = ops.transpose(inputs, (1, 0, 2))  # (T, B, E)
         if mask is None:
             valid = ops.ones(ops.shape(steps)[:2], "bool")  # (T, B)

@@ -208,7 +208,7 @@ class ScheduledSampling(layers.Layer):
         if inputs_mask is None:
             inputs_mask = ops.ones((batch, steps), "bool")
         memory = ops.cast(memory, self.compute_dtype)
-        states = self.decoder._states(
+        states = self.decoder.full_states(
             batch, initial_state, ops.shape(memory)[1]
         )
         xs = self._scanned(inputs, inputs_mask, auxiliary_inputs, training)

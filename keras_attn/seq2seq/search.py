@@ -20,7 +20,7 @@ from keras_attn.seq2seq.samplers import (
     TopKSampler,
     TopPSampler,
 )
-from keras_attn.seq2seq.samplers.random import _check_top_k
+from keras_attn.seq2seq.samplers.random import check_top_k
 
 
 def greedy_search(
@@ -100,7 +100,7 @@ def sample_search(
     Returns:
         As `greedy_search`.
     """
-    _check_top_k(top_k, "top_k")
+    check_top_k(top_k, "top_k")
     if top_p is not None and not (
         isinstance(top_p, (int, float)) and 0 < top_p <= 1
     ):
@@ -218,7 +218,7 @@ def contrastive_search(
     >>> ops.convert_to_numpy(out["ids"]).tolist()
     [[3, 2, 0, 0]]
     """
-    _check_top_k(top_k, "top_k", none_ok=False)
+    check_top_k(top_k, "top_k", none_ok=False)
     sampler = ContrastiveSampler(top_k, alpha)
     return sampler(
         step_fn,

@@ -364,7 +364,7 @@ def test_export_errors_name_the_flags_and_write_nothing(
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(saved_model, "_write_saved_model", full_disk)
+    monkeypatch.setattr(saved_model, "write_saved_model", full_disk)
     code, _, err = cli(
         capsys, "export", model, "--saved-model", str(tmp_path / "sm")
     )

@@ -144,7 +144,7 @@ def test_a_failing_write_leaves_nothing(model, tmp_path, monkeypatch):
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(saved_model, "_write_saved_model", full_disk)
+    monkeypatch.setattr(saved_model, "write_saved_model", full_disk)
     with pytest.raises(OSError):
         export.export_saved_model(model, str(tmp_path / "sm"))
     assert list(tmp_path.iterdir()) == []
@@ -206,8 +206,8 @@ def test_only_our_old_temporaries_are_removed(model, tmp_path):
     users = tmp_path / f".tmp-export-{dead}-abc"
     users.mkdir()
     (users / "notes.txt").write_text("mine")
-    running = destination._temporary_dir(str(tmp_path), target="elsewhere")
-    stale = destination._temporary_dir(str(tmp_path), target="gone")
+    running = destination.temporary_dir(str(tmp_path), target="elsewhere")
+    stale = destination.temporary_dir(str(tmp_path), target="gone")
     make_old(stale)
     export.export_text_tflite(model, str(tmp_path / "m.tflite"))
     assert (users / "notes.txt").read_text() == "mine"
@@ -218,7 +218,7 @@ def test_an_earlier_folder_moved_aside_by_a_killed_export_comes_back(
     tmp_path,
 ):
 
-    tmp = destination._temporary_dir(
+    tmp = destination.temporary_dir(
         str(tmp_path), target=str(tmp_path / "served")
     )
     os.makedirs(os.path.join(tmp, "old"))
@@ -234,7 +234,7 @@ def test_a_folder_created_during_the_export_is_left_alone(model, tmp_path):
     # 0.2.0 checked the destination only at the start and deleted what
     # appeared there meanwhile.
     target = tmp_path / "served"
-    real = saved_model._write_saved_model
+    real = saved_model.write_saved_model
 
     def slow_write(*args, **kwargs):
         real(*args, **kwargs)
@@ -242,7 +242,7 @@ def test_a_folder_created_during_the_export_is_left_alone(model, tmp_path):
         (target / "mine.txt").write_text("keep")
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(saved_model, "_write_saved_model", slow_write)
+        mp.setattr(saved_model, "write_saved_model", slow_write)
         with pytest.raises(ValueError, match="changed while the export ran"):
             export.export_saved_model(model, str(target))
     assert (target / "mine.txt").read_text() == "keep"
@@ -299,7 +299,7 @@ def test_scratch_of_a_killed_export_goes_at_the_next_one(tmp_path):
             "-c",
             "import sys, time\n"
             "from keras_attn.export import destination\n"
-            f"print(destination._temporary_dir({str(tmp_path)!r}, "
+            f"print(destination.temporary_dir({str(tmp_path)!r}, "
             f"prefix={prefix!r}), flush=True)\n"
             "time.sleep(600)\n",
         ],
@@ -309,7 +309,7 @@ def test_scratch_of_a_killed_export_goes_at_the_next_one(tmp_path):
     killed = child.stdout.readline().strip()
     child.send_signal(signal.SIGKILL)
     child.wait()
-    live = destination._temporary_dir(str(tmp_path), prefix=prefix)
+    live = destination.temporary_dir(str(tmp_path), prefix=prefix)
     assert os.path.isdir(killed) is False  # the new one cleaned it
     assert os.path.isdir(live)
     destination.clean_stale_temporaries(str(tmp_path), prefix)

@@ -33,7 +33,7 @@ def top_k_cut(logits, k):
     return ops.where(logits < kth, NEG_INF, logits)
 
 
-def _check_top_k(k, name="k", none_ok=True):
+def check_top_k(k, name="k", none_ok=True):
     if (k is None and none_ok) or (isinstance(k, int) and k >= 1):
         return
     also = " or None" if none_ok else ""
@@ -104,7 +104,7 @@ class TopKSampler(RandomSampler):
     """
 
     def __init__(self, k=5, temperature=1.0, seed=None):
-        _check_top_k(k, "k", none_ok=False)
+        check_top_k(k, "k", none_ok=False)
         super().__init__(temperature, seed)
         self.k = k
 
@@ -131,7 +131,7 @@ class TopPSampler(RandomSampler):
     def __init__(self, p=0.1, k=None, temperature=1.0, seed=None):
         if not (isinstance(p, (int, float)) and 0 < p <= 1):
             raise ValueError(f"Expected p in (0, 1]. Received: p={p!r}")
-        _check_top_k(k)
+        check_top_k(k)
         super().__init__(temperature, seed)
         self.p, self.k = p, k
 
