@@ -80,6 +80,14 @@ GLOBAL_FLAGS = (
         "a stranger can loop forever)",
     ),
     _flag(
+        "--accelerator",
+        choices=("cpu", "gpu", "npu"),
+        default="cpu",
+        help="where LiteRT runs a .tflite (predict, explain, serve): the "
+        "CPU (default), or a GPU or an NPU with the CPU running what it "
+        "cannot; an error names a missing one",
+    ),
+    _flag(
         "--models",
         default=None,
         metavar="DIR",
@@ -355,6 +363,7 @@ def _watchdog(seconds):
 
 
 _REAL_STDERR = [2]
+_SILENCED_AT_EXIT = []
 
 
 # Flags taken anywhere on the line, before or after the command.
@@ -403,7 +412,29 @@ def _main(args):
 
     with warnings.catch_warnings(), _quiet_native_stderr():
         warnings.simplefilter("ignore")
-        return _run(args)
+        code = _run(args)
+    if "ai_edge_litert" in sys.modules:
+        _quiet_at_exit()
+    return code
+
+
+def _quiet_at_exit():
+    """LiteRT logs its accelerators' teardown from C++ destructors that
+    run after Python has finished: file descriptor 2 goes to /dev/null
+    once Python's last words are flushed (after `--verbose`'s absence
+    said to be quiet)."""
+    import atexit
+
+    if _SILENCED_AT_EXIT:
+        return
+    _SILENCED_AT_EXIT.append(True)
+
+    def silence():
+        sys.stderr.flush()
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+
+    atexit.register(silence)
 
 
 def _run(args):

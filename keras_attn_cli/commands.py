@@ -215,7 +215,7 @@ def _explain(args):
     if path.endswith(".tflite"):  # the edge file's own attention
         from keras_attn_runtime import LiteRTClassifier
 
-        model = LiteRTClassifier(path)
+        model = LiteRTClassifier(path, accelerator=args.accelerator)
         known = int((np.asarray(model.tokenizer([text])[0]) > 1).sum())
     else:
         model = load_classifier(path)
@@ -316,7 +316,9 @@ def _scorer(path, args):
         import keras_attn_runtime as litert_runtime
 
         if path.endswith(".tflite"):
-            clf = litert_runtime.LiteRTClassifier(path, args.vocabulary)
+            clf = litert_runtime.LiteRTClassifier(
+                path, args.vocabulary, accelerator=args.accelerator
+            )
             outputs = sorted(clf.runner.get_output_details())
             kind = "LiteRT"
         else:
@@ -470,6 +472,7 @@ def _serve(args):
         limits,
         batching,
         log=lambda line: print(f"keras-attn serve: {line}", flush=True),
+        accelerator=args.accelerator,
         access={
             "token": http_routes.read_token(args.auth_token_file),
             "model_management": args.enable_model_management,

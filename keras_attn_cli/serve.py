@@ -74,7 +74,7 @@ class LiteRTBackend:
     """A `.tflite` classifier or translator written by keras_attn, run by
     `keras_attn_runtime` (NumPy and LiteRT; TensorFlow is not imported)."""
 
-    def __init__(self, path):
+    def __init__(self, path, accelerator="cpu"):
         from keras_attn_runtime import (
             METADATA_CONFIG,
             TRANSLATOR,
@@ -89,7 +89,7 @@ class LiteRTBackend:
         config = json.loads(metadata(model).get(METADATA_CONFIG, b"{}"))
         text = {"text": ("string", [None])}
         if config.get("kind") == TRANSLATOR:
-            self.translator = LiteRTTranslator(path)
+            self.translator = LiteRTTranslator(path, accelerator=accelerator)
             outputs = {"translation": ("string", [None])}
             self.signatures = {
                 name: api.Signature(text, outputs)
@@ -97,7 +97,7 @@ class LiteRTBackend:
             }
             return
         self.translator = None
-        self.classifier = LiteRTClassifier(path)
+        self.classifier = LiteRTClassifier(path, accelerator=accelerator)
         probe = self.classifier.predict([""])
         outputs = {
             k: (str(v.dtype), [None, *v.shape[1:]]) for k, v in probe.items()
@@ -157,13 +157,13 @@ class ModelError(RuntimeError):
     """The model failed on a request (the message says where)."""
 
 
-def load_backend(path, allow_unsafe=False):
+def load_backend(path, allow_unsafe=False, accelerator="cpu"):
     """The backend for an artifact: a SavedModel folder, `.tflite` or
-    `.keras` file."""
+    `.keras` file (`accelerator`: where LiteRT runs a `.tflite`)."""
     if os.path.isdir(path):
         return SavedModelBackend(path, allow_unsafe)
     if path.endswith(".tflite"):
-        return LiteRTBackend(path)
+        return LiteRTBackend(path, accelerator)
     if path.endswith(".keras"):
         return KerasBackend(path)
     raise ValueError(
@@ -364,11 +364,14 @@ def serve(
     batching,
     log=print,
     access=None,
+    accelerator="cpu",
 ):
     """Load `artifacts` (`[(name, {version: path})]`, or `(name, path)`
     for version 1) and serve them until SIGTERM or SIGINT, which finish
     the requests in flight and return 0. `access`: `http_routes.ACCESS`'s
-    keys (a bearer token, the routes turned on, the gRPC port)."""
+    keys (a bearer token, the routes turned on, the gRPC port).
+    `accelerator`: where LiteRT runs a `.tflite` (`"cpu"`, `"gpu"`,
+    `"npu"`)."""
     names = [name for name, _ in artifacts]
     if len(set(names)) != len(names):
         raise ValueError(
@@ -383,7 +386,7 @@ def serve(
         for version, path in sorted(versions.items()):
             key = name if version == latest else f"{name}@{version}"
             start = time.perf_counter()
-            backend = load_backend(path, allow_unsafe)
+            backend = load_backend(path, allow_unsafe, accelerator)
             models[key] = ServedModel(key, backend, limits, batching, version)
             took = time.perf_counter() - start
             log(f"loaded {name} version {version} from {path} in {took:.1f} s")

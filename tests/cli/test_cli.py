@@ -21,7 +21,6 @@ from tests.paths import ROOT
 SHIPPED = os.path.join(ROOT, "saved_models")
 TRANSLATOR = os.path.join(SHIPPED, "translation_en_fr")
 IMDB = os.path.join(SHIPPED, "imdb_ssa")
-PROBE = "/tmp/keras_attn_safe_mode_probe"
 
 
 def cli(capsys, *args, stdin=None, monkeypatch=None):
@@ -275,11 +274,12 @@ def test_saved_models_that_touch_files_are_refused(tmp_path, capsys):
 def test_keras_files_load_in_safe_mode(tmp_path, capsys):
     import keras
 
-    flag = PROBE
+    flag = str(tmp_path / "probe")
+    # The path is a constant of the lambda's own code (what the file keeps).
+    touch = eval(f"lambda x: (open({flag!r}, 'w').close(), x)[1]")
+    assert (touch(1), os.path.exists(flag)) == (1, True)  # it would write
     inp = keras.Input((), dtype="string")
-    out = keras.layers.Lambda(
-        lambda x: (open("/tmp/keras_attn_safe_mode_probe", "w").close(), x)[1]
-    )(inp)
+    out = keras.layers.Lambda(touch)(inp)
     keras.Model(inp, out).save(str(tmp_path / "lambda.keras"))
     if os.path.exists(flag):
         os.remove(flag)
@@ -673,3 +673,21 @@ def test_docs_give_the_model_search_order_the_code_uses(tmp_path, monkeypatch):
     checkout = os.path.realpath(os.path.join(ROOT, "saved_models"))
     found = models.models_dir(SimpleNamespace(models=None))
     assert os.path.realpath(found) == checkout
+
+
+def test_accelerator_flag_runs_or_names_the_missing_device(files, capsys):
+    folder, _ = files
+    tflite = str(folder / "model.tflite")
+    code, out, err = cli(
+        capsys, "--accelerator", "cpu", "predict", tflite, "good"
+    )
+    assert code == 0 and len(out.strip().splitlines()) == 1, err
+    code, out, err = cli(
+        capsys, "--accelerator", "gpu", "predict", tflite, "good"
+    )
+    if code != 0:  # no GPU that LiteRT can use here
+        assert_clean_error(code, err, "accelerator='gpu'")
+    with pytest.raises(SystemExit) as exit_:
+        keras_attn_cli.main(["--accelerator", "tpu", "predict", tflite, "x"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'tpu'" in capsys.readouterr().err
