@@ -48,6 +48,9 @@ HEADERS = {
     "p90_ms": "p90 ms",
     "p50_over_rest": "p50 vs REST",
     "throughput_ratio": "throughput vs 1 client",
+    "compiled_model_ms": "CompiledModel ms",
+    "interpreter_ms": "Interpreter ms",
+    "outputs_equal": "outputs equal",
 }
 
 

@@ -444,3 +444,38 @@ def test_shipped_keras_file_answers_as_its_saved_model():
     result = shipped_parity.compare(200)
     assert result["max_abs_dp"] <= shipped_parity.TOLERANCE, result
     assert result["max_attention_on_padding"] == 0.0, result
+
+
+SHIPPED_LITERT = sorted(
+    glob.glob(
+        os.path.join(
+            os.path.dirname(__file__), "..", "saved_models", "*", "*.tflite"
+        )
+    )
+)
+
+
+@pytest.mark.parametrize(
+    "path", SHIPPED_LITERT, ids=lambda p: "/".join(p.split(os.sep)[-2:])
+)
+def test_every_shipped_litert_file_runs_under_compiled_model(path):
+    # LiteRT's documented CompiledModel use (its own buffers) in a child
+    # process, equal to the Interpreter: a BiLSTM review at several
+    # lengths, or translator sentences of several lengths.
+    from keras_attn_runtime import LiteRTClassifier, LiteRTTranslator
+    from tests.runtime.test_compiled_model import run_compiled
+
+    if "translation" in path:
+        lite = LiteRTTranslator(path)
+        texts = ["Hello.", "Where is the station?", "I have 3 cats and a dog."]
+        feeds = [
+            {"source": lite.source_ids(lite.source_words(t))} for t in texts
+        ]
+        run_compiled(path, "translate", feeds, ("ids",))
+    else:
+        clf = LiteRTClassifier(path)
+        rows = clf.tokenizer(["Great.", "A dull film, too long by half. " * 30])
+        feeds = [{clf.input_name: np.asarray(row)[None]} for row in rows]
+        run_compiled(path, "serving_default", feeds)
+    engine = (lite if "translation" in path else clf).litert.engine
+    assert engine == "compiled_model"
