@@ -70,28 +70,57 @@ def find_translator(args=None):
     return None
 
 
+def artifact_in(folder):
+    """The model file `folder` holds, in the one order every command and
+    `serve` use: a SavedModel (the folder itself, or its `saved_model/`),
+    as TensorFlow Serving serves it; else its `model.keras`; else its one
+    `.tflite` or `.onnx` file. `None` when it holds none of these (or
+    several `.tflite`/`.onnx` files and nothing before them)."""
+    for candidate in (folder, os.path.join(folder, "saved_model")):
+        if os.path.isfile(os.path.join(candidate, "saved_model.pb")):
+            return os.path.normpath(candidate)
+    keras_file = os.path.join(folder, "model.keras")
+    if os.path.isfile(keras_file):
+        return os.path.normpath(keras_file)
+    files = sorted(
+        f for f in os.listdir(folder) if f.endswith((".tflite", ".onnx"))
+    )
+    if len(files) == 1:
+        return os.path.normpath(os.path.join(folder, files[0]))
+    return None
+
+
+def named_path(value, models_root):
+    """`value` itself, or a shipped model's folder when `value` is a bare
+    name that is not a path here."""
+    if not os.path.exists(value) and os.sep not in value and models_root:
+        if os.path.isdir(os.path.join(models_root, value)):
+            return os.path.join(models_root, value)
+    return value
+
+
 def resolve_model(value, flag, want, args=None):
     """One way to name a model for every command: an artifact file, a
-    folder holding one, a SavedModel folder, or a shipped model's name
-    (a folder under the models folder). `want`: `"keras"` (a `.keras`
-    file), `"translator"` (a translator SavedModel folder) or `"any"`
-    (what `predict` runs: `.keras`, SavedModel folder, `.tflite`,
-    `.onnx`). A `ValueError` naming `flag` when nothing fits."""
-    path = value
-    if not os.path.exists(path) and os.sep not in value:
-        root = models_dir(args)
-        if root is not None and os.path.isdir(os.path.join(root, value)):
-            path = os.path.join(root, value)
+    folder holding one (`artifact_in`'s order), a SavedModel folder, or a
+    shipped model's name (a folder under the models folder). `want`:
+    `"keras"` (a `.keras` file, for `explain`), `"translator"` (a
+    translator SavedModel folder) or `"any"` (what `predict` runs). A
+    `ValueError` naming `flag` when nothing fits."""
+    path = named_path(value, models_dir(args))
     if os.path.isfile(path):
         return path
     if os.path.isdir(path):
+        if want == "any":
+            found = artifact_in(path)
+            if found is not None:
+                return found
         saved = os.path.isfile(os.path.join(path, "saved_model.pb"))
         if want == "keras" and saved:  # the folder beside the SavedModel
             path = os.path.dirname(os.path.abspath(path))
         candidates = {
             "keras": ["model.keras"],
             "translator": [".", "saved_model"],
-            "any": ["model.keras", ".", "saved_model"],
+            "any": [],
         }[want]
         for name in candidates:
             found = os.path.normpath(os.path.join(path, name))
@@ -99,12 +128,6 @@ def resolve_model(value, flag, want, args=None):
                 return found
             if os.path.isfile(os.path.join(found, "saved_model.pb")):
                 return found
-        if want == "any":
-            files = sorted(
-                f for f in os.listdir(path) if f.endswith((".tflite", ".onnx"))
-            )
-            if len(files) == 1:
-                return os.path.join(path, files[0])
     kinds = {
         "keras": "a .keras file or a folder holding model.keras",
         "translator": "a translator SavedModel folder or its parent",
@@ -335,33 +358,24 @@ def load_translator(path, allow_unsafe=False):
 
 def served_artifact(value, models_root):
     """`(name, path)` of what `keras-attn serve` serves for `value`: a
-    shipped model's name, a folder (its SavedModel first, as TensorFlow
-    Serving would, else its one `.tflite`, else its `model.keras`), a
-    SavedModel folder, a `.tflite` or a `.keras` file."""
-    path = value
-    if not os.path.exists(path) and os.sep not in value and models_root:
-        path = os.path.join(models_root, value)
+    shipped model's name or a folder (the file `artifact_in` picks, as
+    `predict` does), a SavedModel folder, a `.tflite` or a `.keras`
+    file."""
+    path = named_path(value, models_root)
     if os.path.isfile(path) and path.endswith((".tflite", ".keras")):
         return os.path.splitext(os.path.basename(path))[0], path
-    if os.path.isdir(path):
+    found = artifact_in(path) if os.path.isdir(path) else None
+    if found is not None and not found.endswith(".onnx"):
         folder = os.path.abspath(path)
         name = os.path.basename(folder)
-        if os.path.isfile(os.path.join(folder, "saved_model.pb")):
-            if name == "saved_model":
-                name = os.path.basename(os.path.dirname(folder))
-            return name, folder
-        inner = os.path.join(folder, "saved_model")
-        if os.path.isfile(os.path.join(inner, "saved_model.pb")):
-            return name, inner
-        files = sorted(f for f in os.listdir(folder) if f.endswith(".tflite"))
-        if len(files) == 1:
-            return name, os.path.join(folder, files[0])
-        if os.path.isfile(os.path.join(folder, "model.keras")):
-            return name, os.path.join(folder, "model.keras")
+        if name == "saved_model" and found == os.path.normpath(path):
+            name = os.path.basename(os.path.dirname(folder))
+        return name, os.path.abspath(found)
     raise ValueError(
         "Expected a shipped model's name, a folder holding a SavedModel, "
-        "one .tflite or a model.keras, a SavedModel folder, a .tflite or a "
-        f".keras file. Received: MODEL={value!r}"
+        "a model.keras or one .tflite, a SavedModel folder, a .tflite or "
+        f"a .keras file (serve does not run .onnx). Received: "
+        f"MODEL={value!r}"
     )
 
 
@@ -371,9 +385,7 @@ def served_versions(value, models_root, choice="latest"):
     what `served_artifact` takes), as TensorFlow Serving lays them out,
     with the versions `choice` picks (`"latest"`, `"all"` or `"N,M"`);
     anything else is version 1."""
-    path = value
-    if not os.path.exists(path) and os.sep not in value and models_root:
-        path = os.path.join(models_root, value)
+    path = named_path(value, models_root)
     numbered = []
     if os.path.isdir(path):
         numbered = sorted(

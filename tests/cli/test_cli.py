@@ -632,7 +632,17 @@ def test_one_way_to_name_a_model_for_every_command(files, capsys, tmp_path):
     assert resolve(str(folder / "sm"), "artifact", "any") == str(folder / "sm")
     code, out, err = cli(capsys, "predict", str(folder), "a great film")
     assert code == 0, err
-    assert resolve("imdb_ssa", "artifact", "any").endswith("model.keras")
+    # `predict NAME` and `serve NAME` run the same file: the SavedModel
+    # first, as TensorFlow Serving (0.3 ran the .keras for `predict`).
+    from keras_attn_cli import models
+
+    ssa = resolve("imdb_ssa", "artifact", "any")
+    assert ssa.endswith("saved_model")
+    root = models.models_dir()
+    for name in sorted(os.listdir(root)):
+        if os.path.isdir(os.path.join(root, name)):
+            served = models.served_artifact(name, root)[1]
+            assert os.path.abspath(resolve(name, "artifact", "any")) == served
     assert resolve("translation_en_fr", "model", "translator").endswith(
         "saved_model"
     )
