@@ -64,6 +64,25 @@ def convert_tflite(
     """
     import tensorflow as tf
 
+    unroll = _check_conversion(
+        model, quantize, representative_data, batch_size, unroll, dynamic_length
+    )
+    serve = _token_function(model, batch_size, unroll, dynamic_length)
+    frozen = _freeze(serve)
+    module = tf.Module()
+    module.serve = frozen
+    with scratch_dir() as tmp:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": frozen})
+        converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
+        return _convert(
+            converter, quantize, representative_data, dynamic_length
+        )
+
+
+def _check_conversion(
+    model, quantize, representative_data, batch_size, unroll, dynamic_length
+):
+    """`convert_tflite`'s argument checks; returns `unroll` resolved."""
     if quantize not in QUANTIZATIONS:
         raise ValueError(
             f"Expected quantize to be one of {QUANTIZATIONS}. "
@@ -92,6 +111,16 @@ def convert_tflite(
             'quantize="int8") fixes the length. Received: '
             f"quantize={quantize!r}, unroll={unroll!r}"
         )
+    return unroll
+
+
+def _token_function(model, batch_size, unroll, dynamic_length):
+    """The `tf.function` that `convert_tflite` converts: `tokens` in (cut
+    at the model's length), the outputs by name, those along the time
+    axis of a variable-length input padded to that length (see
+    `length_axes`)."""
+    import tensorflow as tf
+
     if dynamic_length:
         ready = with_dynamic_length(model)
     else:
@@ -102,8 +131,6 @@ def convert_tflite(
         tf.int32,
         name="tokens",
     )
-
-    # Static output sizes: see `length_axes`.
     static = _named_outputs(model)
     pad = {
         name: {axis: static[name].shape[axis] for axis in axes}
@@ -123,15 +150,7 @@ def convert_tflite(
             for k, v in out.items()
         }
 
-    frozen = _freeze(serve)
-    module = tf.Module()
-    module.serve = frozen
-    with scratch_dir() as tmp:
-        tf.saved_model.save(module, tmp, signatures={"serving_default": frozen})
-        converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
-        return _convert(
-            converter, quantize, representative_data, dynamic_length
-        )
+    return serve
 
 
 def _named_outputs(model):

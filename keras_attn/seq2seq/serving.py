@@ -446,7 +446,7 @@ class Translator(tf.Module):
         (`keras_attn_runtime.LiteRTTranslator`) needs travel inside the file
         as metadata.
         """
-        from keras_attn.export import at_static_sizes, export_signatures_tflite
+        from keras_attn.export import export_signatures_tflite
 
         for name, value in (
             ("pad_source", pad_source),
@@ -458,6 +458,18 @@ class Translator(tf.Module):
                     f"Received: {name}={value!r}"
                 )
         sampler = litert_file.litert_sampler(self, search_method)
+        translate = self._litert_function(
+            sampler, pad_source, unroll_first_step
+        )
+        metadata = litert_file.litert_metadata(self, sampler)
+        return export_signatures_tflite(
+            {"translate": translate}, path, overwrite, metadata, quantize
+        )
+
+    def _litert_function(self, sampler, pad_source, unroll_first_step):
+        """The `translate` `tf.function` of `export_tflite`'s file."""
+        from keras_attn.export import at_static_sizes
+
         width = self.source_length if pad_source else None
 
         def static_alignment(out):
@@ -481,14 +493,11 @@ class Translator(tf.Module):
                 out = self._decode(source, sampler, unroll_first_step, uniforms)
                 return static_alignment(out)
 
-        else:
+            return translate
 
-            @tf.function(input_signature=[source])
-            def translate(source):
-                out = self._decode(source, sampler, unroll_first_step)
-                return static_alignment(out)
+        @tf.function(input_signature=[source])
+        def translate(source):
+            out = self._decode(source, sampler, unroll_first_step)
+            return static_alignment(out)
 
-        metadata = litert_file.litert_metadata(self, sampler)
-        return export_signatures_tflite(
-            {"translate": translate}, path, overwrite, metadata, quantize
-        )
+        return translate
