@@ -36,8 +36,8 @@ import numpy as np
 from keras import ops
 
 import keras_attn
+from keras_attn import edge_targets as edge
 from keras_attn import export
-from keras_attn.export import edge
 from keras_attn_runtime import LiteRTClassifier
 
 HPARAMS = {
@@ -263,7 +263,7 @@ never show a weight near 1. The converter used to requantize each
 softmax to the range calibration saw, and a short review's weights were
 clipped there (a 12-word review kept 0.59 of its weight).
 `export.convert_tflite` now keeps the softmax's own grid, [0, 1) in
-steps of 1/256 (`export.edge.keep_probability_ranges`). docs/edge.md has
+steps of 1/256 (`export.flatbuffer.keep_probability_ranges`). docs/edge.md has
 the figures.
 """
 
@@ -380,7 +380,7 @@ ops it takes, in how many pieces) and TensorFlow's verdict on LiteRT's
 GPU delegate. Each integer runtime rounds its own way, so agreement is
 measured on the probabilities LiteRT gives, review by review. The
 exported masks, word-pair hashing and "no key" handling use only ops
-that all of them run (`export.edge.TARGETS` lists what each refuses).
+that all of them run (`edge_targets.TARGETS` lists what each refuses).
 """
 
 

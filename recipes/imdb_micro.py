@@ -34,8 +34,8 @@ import imdb_edge
 import keras
 import numpy as np
 
+from keras_attn import edge_targets as edge
 from keras_attn import export
-from keras_attn.export import edge
 from keras_attn_runtime import LiteRTClassifier
 
 BOUNDS = {"size_bytes": 1 << 20, "arena_bytes": 256 << 10}
@@ -75,7 +75,7 @@ def train(data, hp, verbose):
 ## Through TensorFlow Lite Micro
 
 The file is exported full-integer as in the edge recipe, checked against
-every edge target's op list (`export.edge.check_edge_targets`), then run
+every edge target's op list (`edge_targets.check_edge_targets`), then run
 review by review by TFLM's interpreter: its probabilities give the
 accuracy, and its recording allocator the arena a firmware reserves.
 """

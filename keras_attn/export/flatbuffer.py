@@ -1,7 +1,7 @@
 """Reading and rewriting LiteRT flatbuffers: the rewrites `convert_tflite`
 applies (`drop_index_wrapping`, and `keep_probability_ranges` for
 full-integer files), each returning its input unchanged where there is
-nothing to do. `keras_attn.export.edge` re-exports both."""
+nothing to do."""
 
 import numpy as np
 

@@ -31,10 +31,10 @@ def convert_tflite(
     """Convert a token-id model to LiteRT flatbuffer bytes, builtin ops only.
 
     Embedding lookups gather the ids as they are, without Keras's
-    negative-index wrapping (`edge.drop_index_wrapping`): token ids are
+    negative-index wrapping (`flatbuffer.drop_index_wrapping`): token ids are
     never negative, and microcontrollers cannot run the wrapping's
     `SELECT`. In `"int8"`, each softmax keeps its own output grid, [0, 1)
-    in steps of 1/256 (`edge.keep_probability_ranges`), rather than the
+    in steps of 1/256 (`flatbuffer.keep_probability_ranges`), rather than the
     range calibration saw: an input shorter than the calibration's would
     otherwise have its attention weights clipped.
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import keras_attn
+from keras_attn import edge_targets as edge
 from keras_attn import export
-from keras_attn.export import edge
+from keras_attn.export import flatbuffer
 
 pytest.importorskip("ai_edge_litert")
 
@@ -78,7 +79,7 @@ def test_keras_embedding_converts_with_a_select_that_tflm_refuses():
 def test_dropping_the_index_wrapping_keeps_the_outputs():
     model = tiny_model()
     before = plain_conversion(model)
-    after = edge.drop_index_wrapping(before)
+    after = flatbuffer.drop_index_wrapping(before)
     pairs = set(edge.op_signatures(after)[0])
     assert not {p for p in pairs if p[0] in ("SELECT", "LESS")}
     assert ("SELECT_V2", "INT32") not in pairs
@@ -88,7 +89,7 @@ def test_dropping_the_index_wrapping_keeps_the_outputs():
         np.concatenate(run_litert(after, rows)),
         np.concatenate(run_litert(before, rows)),
     )
-    assert edge.drop_index_wrapping(after) == after  # nothing left to do
+    assert flatbuffer.drop_index_wrapping(after) == after  # nothing left to do
 
 
 @pytest.mark.parametrize("quantize", ["none", "int8"])
@@ -135,8 +136,8 @@ def test_a_short_input_keeps_its_whole_attention_weight_in_int8():
     assert weight > 0.98, weight  # the weight itself (clipped: 0.053)
     names = [op for op, _ in edge.op_signatures(data)[0]]
     assert "SOFTMAX" in names and "QUANTIZE" not in names, names
-    assert edge.keep_probability_ranges(data) == data  # nothing left
-    assert edge.keep_probability_ranges(raw) == raw  # float: untouched
+    assert flatbuffer.keep_probability_ranges(data) == data  # nothing left
+    assert flatbuffer.keep_probability_ranges(raw) == raw  # float: untouched
 
 
 def test_masked_softmax_floor_is_the_minimum_exactly():

@@ -1,5 +1,7 @@
-"""Edge targets: the ops each one runs, checked on a LiteRT file, and the
-rewrite that lets Keras's embedding lookups run there.
+"""Edge targets, measured: the ops each one runs, checked on a LiteRT
+file, and the file run by each (TensorFlow Lite Micro, OpenVINO, LiteRT's
+NPU compiler, the GPU delegate's analyzer). Measurement, not export: the
+rewrites that make a file run there are `keras_attn.export.flatbuffer`'s.
 
 What a target refuses was measured on tiny one-op graphs and on the
 shipped files (docs/edge.md says how):
@@ -18,9 +20,7 @@ shipped files (docs/edge.md says how):
 import numpy as np
 
 from keras_attn.export.flatbuffer import (
-    drop_index_wrapping,  # noqa: F401
     enum_names,
-    keep_probability_ranges,  # noqa: F401
     litert_schema,
     read_model,
 )
