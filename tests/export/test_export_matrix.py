@@ -144,6 +144,25 @@ def run_tflite(path_or_bytes, ids):
     return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
 
 
+def run_compiled_model(data, ids):
+    """`run_tflite` through `keras_attn_runtime`'s CompiledModel engine."""
+    from keras_attn_runtime.artifact import verify_model
+    from keras_attn_runtime.engine import LiteRTModel
+
+    lite = LiteRTModel(data, verify_model(data), "matrix row")
+    assert lite.engine == "compiled_model", lite.interpreter_reason
+    (key,) = lite.signatures
+    runner = lite.runner(key)
+    (name,) = runner.get_input_details()
+    outs = [runner(**{name: row[None].astype("int32")}) for row in ids]
+    return {
+        tuple(v.shape[1:]): np.concatenate([o[k] for o in outs]).astype(
+            "float32"
+        )
+        for k, v in outs[0].items()
+    }
+
+
 def _dequantized(interpreter, detail):
     value = interpreter.get_tensor(detail["index"])
     scale, zero = detail["quantization"]
@@ -212,7 +231,15 @@ def test_our_litert_exports_match(name, quantize):
     )
     ops_used = export.tflite_op_names(data)
     assert not [o for o in ops_used if "FLEX" in o or "CUSTOM" in o], ops_used
-    assert_close(run_tflite(data, IDS), want, TOLERANCE[quantize], name)
+    classic = run_tflite(data, IDS)
+    assert_close(classic, want, TOLERANCE[quantize], name)
+    # LiteRT's CompiledModel runs the file with its own buffers (every
+    # output's size declared: the runtime would otherwise take the
+    # Interpreter) and equals the Interpreter.
+    compiled = run_compiled_model(data, IDS)
+    assert compiled.keys() == classic.keys()
+    for shape, value in classic.items():
+        np.testing.assert_allclose(compiled[shape], value, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize(
