@@ -5,6 +5,28 @@ import math
 from keras import ops
 
 
+def _log_weights(members, weights):
+    """The members' log weights, normalized; a `ValueError` naming the
+    argument for members that are not `(encode, step_fn)` pairs or
+    weights that are not one non-negative number each, not all zero."""
+    if not members or any(
+        not isinstance(m, (tuple, list)) or len(m) != 2 for m in members
+    ):
+        raise ValueError(
+            "Expected members to be a non-empty list of (encode, step_fn) "
+            f"pairs. Received: members={members!r}"
+        )
+    if weights is None:
+        weights = [1.0] * len(members)
+    weights = [float(w) for w in weights]
+    if len(weights) != len(members) or min(weights) < 0 or sum(weights) <= 0:
+        raise ValueError(
+            f"Expected {len(members)} non-negative weights, not all zero. "
+            f"Received: weights={weights!r}"
+        )
+    return [math.log(w / sum(weights)) if w > 0 else -math.inf for w in weights]
+
+
 def ensemble(members, weights=None):
     """One `(encode, step_fn)` pair that decodes with several models.
 
@@ -41,24 +63,7 @@ def ensemble(members, weights=None):
     array([[0.31, 0.69]], dtype=float32)
     """
     members = list(members)
-    if not members or any(
-        not isinstance(m, (tuple, list)) or len(m) != 2 for m in members
-    ):
-        raise ValueError(
-            "Expected members to be a non-empty list of (encode, step_fn) "
-            f"pairs. Received: members={members!r}"
-        )
-    if weights is None:
-        weights = [1.0] * len(members)
-    weights = [float(w) for w in weights]
-    if len(weights) != len(members) or min(weights) < 0 or sum(weights) <= 0:
-        raise ValueError(
-            f"Expected {len(members)} non-negative weights, not all zero. "
-            f"Received: weights={weights!r}"
-        )
-    log_w = [
-        math.log(w / sum(weights)) if w > 0 else -math.inf for w in weights
-    ]
+    log_w = _log_weights(members, weights)
 
     def encode(source):
         return tuple(m[0](source) for m in members)
