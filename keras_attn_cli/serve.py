@@ -237,6 +237,30 @@ class Batcher:
                     future.set_result(result)
 
 
+def _default_key(backend):
+    """The signature KServe v2 calls: `serving_default`, else the first."""
+    signatures = backend.signatures
+    if api.DEFAULT_SIGNATURE in signatures:
+        return api.DEFAULT_SIGNATURE
+    return next(iter(signatures))
+
+
+def _batchers(backend, batching, executor):
+    """`{signature: Batcher}` for the signatures whose requests merge
+    (none with `max_batch_size` 1), each running on `executor`."""
+    return {
+        key: Batcher(
+            lambda inputs, key=key: backend.run(key, inputs),
+            batching["max_batch_size"],
+            batching["batch_wait_ms"] / 1000,
+            executor,
+            signature.own_part,
+        )
+        for key, signature in backend.signatures.items()
+        if signature.batched and batching["max_batch_size"] > 1
+    }
+
+
 def _kserve_model_class():
     """`ServedModel` subclasses `kserve.Model`, imported on first use."""
     import kserve
@@ -253,17 +277,7 @@ def _kserve_model_class():
             # latest version as `name`, the others as `name@version`.
             self.public_name, self.version = name.split("@")[0], version
             self.executor = concurrent.futures.ThreadPoolExecutor(1)
-            self.batchers = {
-                key: Batcher(
-                    lambda inputs, key=key: self.backend.run(key, inputs),
-                    batching["max_batch_size"],
-                    batching["batch_wait_ms"] / 1000,
-                    self.executor,
-                    signature.own_part,
-                )
-                for key, signature in backend.signatures.items()
-                if signature.batched and batching["max_batch_size"] > 1
-            }
+            self.batchers = _batchers(backend, batching, self.executor)
             self.ready = True
 
         def get_input_types(self):  # KServe v2 model metadata
@@ -272,14 +286,8 @@ def _kserve_model_class():
         def get_output_types(self):
             return oip.tensor_metadata(self._default().outputs)
 
-        def _default_key(self):
-            signatures = self.backend.signatures
-            if api.DEFAULT_SIGNATURE in signatures:
-                return api.DEFAULT_SIGNATURE
-            return next(iter(signatures))
-
         def _default(self):
-            return self.backend.signatures[self._default_key()]
+            return self.backend.signatures[_default_key(self.backend)]
 
         async def predict(self, payload, headers=None):
             if isinstance(payload, InferRequest):
@@ -312,7 +320,7 @@ def _kserve_model_class():
         async def _infer(self, request):
             """KServe v2's infer (REST, binary extension, gRPC) on the
             default signature."""
-            key = self._default_key()
+            key = _default_key(self.backend)
             wanted = [o.name for o in request.request_outputs or ()]
             try:
                 tensors = [

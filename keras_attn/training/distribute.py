@@ -162,30 +162,8 @@ def fit(model, data, epochs=1, strategy=None, verbose=1):
     """
     import tensorflow as tf
 
-    if keras.backend.backend() != "tensorflow":
-        raise ValueError(
-            "keras_attn.training.distribute.fit runs tf.distribute "
-            "strategies and "
-            "needs the TensorFlow backend; received backend="
-            f"{keras.backend.backend()!r}. On JAX use "
-            "keras.distribution.DataParallel with model.fit."
-        )
-    if getattr(model, "optimizer", None) is None:
-        raise ValueError("`model` must be compiled (with an optimizer) first.")
-    if not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(
-            f"`epochs` must be a positive integer; received {epochs!r}"
-        )
     strategy = strategy or tf.distribute.get_strategy()
-    if callable(data) and not isinstance(data, tf.data.Dataset):
-        dist_data = strategy.distribute_datasets_from_function(data)
-    elif isinstance(data, tf.data.Dataset):
-        dist_data = strategy.experimental_distribute_dataset(data)
-    else:
-        raise ValueError(
-            "`data` must be a tf.data.Dataset or a function of a "
-            f"tf.distribute.InputContext; received {type(data).__name__}"
-        )
+    dist_data = _distributed_data(model, data, epochs, strategy)
     variables = model.trainable_variables
     with strategy.scope():
         model.optimizer.build(variables)
@@ -226,6 +204,35 @@ def fit(model, data, epochs=1, strategy=None, verbose=1):
                 f"{strategy.num_replicas_in_sync} replicas)"
             )
     return history
+
+
+def _distributed_data(model, data, epochs, strategy):
+    """`fit`'s checks (a TensorFlow-backed compiled model, `epochs`, the
+    kind of `data`); `data` distributed by `strategy`."""
+    import tensorflow as tf
+
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "keras_attn.training.distribute.fit runs tf.distribute "
+            "strategies and "
+            "needs the TensorFlow backend; received backend="
+            f"{keras.backend.backend()!r}. On JAX use "
+            "keras.distribution.DataParallel with model.fit."
+        )
+    if getattr(model, "optimizer", None) is None:
+        raise ValueError("`model` must be compiled (with an optimizer) first.")
+    if not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(
+            f"`epochs` must be a positive integer; received {epochs!r}"
+        )
+    if callable(data) and not isinstance(data, tf.data.Dataset):
+        return strategy.distribute_datasets_from_function(data)
+    if isinstance(data, tf.data.Dataset):
+        return strategy.experimental_distribute_dataset(data)
+    raise ValueError(
+        "`data` must be a tf.data.Dataset or a function of a "
+        f"tf.distribute.InputContext; received {type(data).__name__}"
+    )
 
 
 def _is_chief(strategy):
