@@ -14,7 +14,9 @@ import pytest
 
 from tests.venvs import build_wheel, fresh_venv, pip_install
 
-pytestmark = pytest.mark.slow
+# Builds wheels in the checkout's build folders: with
+# test_runtime_package.py on one worker under `--dist loadgroup`.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheels")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
