@@ -14,10 +14,7 @@ import sys
 import keras
 import pytest
 
-# The layer suite in a subprocess (5 to 6 GB at its peak): this file and
-# test_next_versions.py share one worker under `-n 2 --dist loadgroup`,
-# so that two never run at once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("layer_suites")]
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYER_SUITE = [

@@ -22,10 +22,7 @@ import pytest
 from tests.paths import ROOT
 from tests.test_backends import LAYER_SUITE
 
-# The layer suite in a subprocess (5 to 6 GB at its peak): this file and
-# test_backends.py share one worker under `-n 2 --dist loadgroup`, so
-# that two never run at once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("layer_suites")]
+pytestmark = pytest.mark.slow
 
 PINS = os.path.join(ROOT, ".ci", "next-versions.txt")
 UPSTREAM_SUITE = [

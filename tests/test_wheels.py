@@ -14,9 +14,7 @@ import pytest
 
 from tests.venvs import build_wheel, fresh_venv, pip_install
 
-# Builds wheels in the checkout's build folders: with
-# test_runtime_package.py on one worker under `--dist loadgroup`.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheels")]
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

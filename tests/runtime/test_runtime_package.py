@@ -14,9 +14,7 @@ import pytest
 from tests.paths import ROOT
 from tests.venvs import build_wheel, fresh_venv, pip_install
 
-# Builds wheels in the checkout's build folders: with test_wheels.py on
-# one worker under `--dist loadgroup`.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheels")]
+pytestmark = pytest.mark.slow
 
 FILES = [
     "saved_models/imdb_edge/model_full_int8.tflite",
