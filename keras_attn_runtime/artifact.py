@@ -124,62 +124,64 @@ def verify_model(data):
     Returns the decoded model object. Raises `ValueError` otherwise.
     """
     model = _model_object(data)
-    if model.version != 3 or not _seq(model.subgraphs):
+    if model.version != 3 or not vector(model.subgraphs):
         raise ValueError("unsupported schema version or no subgraph")
-    buffers = _seq(model.buffers)
-    n_codes = len(_seq(model.operatorCodes))
+    buffers = vector(model.buffers)
+    n_codes = len(vector(model.operatorCodes))
     for g, graph in enumerate(model.subgraphs):
-        tensors = _seq(graph.tensors)
+        tensors = vector(graph.tensors)
         n = len(tensors)
         for tensor in tensors:
             if not 0 <= tensor.buffer < max(len(buffers), 1):
                 raise ValueError(f"subgraph {g}: tensor buffer out of range")
-            shape = [int(d) for d in _seq(tensor.shape)]
+            shape = [int(d) for d in vector(tensor.shape)]
             if any(d < 0 for d in shape):
                 raise ValueError(f"subgraph {g}: negative tensor shape")
-            data = _seq(buffers[tensor.buffer].data) if buffers else []
+            data = vector(buffers[tensor.buffer].data) if buffers else []
             size = _DTYPE_BYTES.get(tensor.type)
             if len(data) and size and tensor.sparsity is None:
                 want = size * int(np.prod(shape, dtype=np.int64))
                 if len(data) < want:
                     raise ValueError(f"subgraph {g}: constant too short")
-        ends = [*_seq(graph.inputs), *_seq(graph.outputs)]
-        for op in _seq(graph.operators):
+        ends = [*vector(graph.inputs), *vector(graph.outputs)]
+        for op in vector(graph.operators):
             if not 0 <= op.opcodeIndex < n_codes:
                 raise ValueError(f"subgraph {g}: opcode index out of range")
-            ends += [*_seq(op.inputs), *_seq(op.outputs)]
-            ends += list(_seq(op.intermediates))
+            ends += [*vector(op.inputs), *vector(op.outputs)]
+            ends += list(vector(op.intermediates))
         if any(not -1 <= int(i) < n for i in ends):
             raise ValueError(f"subgraph {g}: tensor index out of range")
-    for sig in _seq(model.signatureDefs):
+    for sig in vector(model.signatureDefs):
         if not 0 <= sig.subgraphIndex < len(model.subgraphs):
             raise ValueError("signature subgraph out of range")
-        n = len(_seq(model.subgraphs[sig.subgraphIndex].tensors))
-        for item in [*_seq(sig.inputs), *_seq(sig.outputs)]:
+        n = len(vector(model.subgraphs[sig.subgraphIndex].tensors))
+        for item in [*vector(sig.inputs), *vector(sig.outputs)]:
             if not 0 <= item.tensorIndex < n:
                 raise ValueError("signature tensor out of range")
-    for entry in _seq(model.metadata):
+    for entry in vector(model.metadata):
         if not 0 <= entry.buffer < len(buffers):
             raise ValueError("metadata buffer out of range")
     return model
 
 
-def _seq(value):
+def vector(value):
     """A flatbuffer vector field as a sequence (`None` → empty)."""
     return [] if value is None else value
+
+
+def text(value):
+    """A flatbuffer string field as `str` (the object API gives bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def metadata(model):
     """`{name: bytes}` of a verified model object's metadata entries."""
     out = {}
     for entry in model.metadata or []:
-        name = (
-            entry.name.decode()
-            if isinstance(entry.name, bytes)
-            else (entry.name)
-        )
         data = model.buffers[entry.buffer].data
-        out[name] = bytes(bytearray(data)) if data is not None else b""
+        out[text(entry.name)] = (
+            bytes(bytearray(data)) if data is not None else b""
+        )
     return out
 
 

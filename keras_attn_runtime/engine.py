@@ -10,6 +10,8 @@ signature's `-1` axes, dtypes) read from the file itself.
 
 import numpy as np
 
+from keras_attn_runtime.artifact import text, vector
+
 ACCELERATORS = ("cpu", "gpu", "npu")
 ENGINES = ("compiled_model", "interpreter")
 
@@ -27,15 +29,6 @@ _DTYPES = {
 }
 
 
-def _seq(value):
-    """A flatbuffer vector field as a sequence (`None` → empty)."""
-    return [] if value is None else value
-
-
-def _name(value):
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def signature_tensors(model):
     """`{signature key: {"inputs": {name: spec}, "outputs": {name: spec}}}`
     of a verified model object (`artifact.verify_model`), each spec
@@ -43,21 +36,21 @@ def signature_tensors(model):
     (int32 arrays, as LiteRT's Interpreter gives them; `-1` in
     `shape_signature`: a size known only at run time)."""
     out = {}
-    for sig in _seq(model.signatureDefs):
+    for sig in vector(model.signatureDefs):
         tensors = model.subgraphs[sig.subgraphIndex].tensors
         entry = {}
         for side, items in (("inputs", sig.inputs), ("outputs", sig.outputs)):
             entry[side] = {}
-            for item in _seq(items):
+            for item in vector(items):
                 tensor = tensors[item.tensorIndex]
-                shape = [int(d) for d in _seq(tensor.shape)]
-                declared = [int(d) for d in _seq(tensor.shapeSignature)]
-                entry[side][_name(item.name)] = {
+                shape = [int(d) for d in vector(tensor.shape)]
+                declared = [int(d) for d in vector(tensor.shapeSignature)]
+                entry[side][text(item.name)] = {
                     "shape": np.array(shape, "int32"),
                     "shape_signature": np.array(declared or shape, "int32"),
                     "dtype": _DTYPES.get(tensor.type, f"type {tensor.type}"),
                 }
-        out[_name(sig.signatureKey)] = entry
+        out[text(sig.signatureKey)] = entry
     return out
 
 
