@@ -12,8 +12,16 @@
 # (`qemu-aarch64-static -L DIR/root`), DIR/site the Python packages.
 set -euo pipefail
 DIR="${1:?usage: tools/arm64_root.sh DIR}"
+# DIR's root/, site/, debs/ and wheels/ are replaced: only in a new or
+# empty folder, or one this script made (it leaves a marker file there).
+MARKER=".keras_attn_arm64"
+if [ -e "$DIR" ] && [ ! -e "$DIR/$MARKER" ] && [ -n "$(ls -A "$DIR" 2>/dev/null)" ]; then
+    echo "tools/arm64_root.sh: error: $DIR exists, is not empty and was not made by this script; give a new folder" >&2
+    exit 2
+fi
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
+touch "$DIR/$MARKER"
 PYTHON="${PYTHON:-python}"
 
 if ! command -v qemu-aarch64-static >/dev/null 2>&1; then
