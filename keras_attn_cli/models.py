@@ -99,6 +99,25 @@ def named_path(value, models_root):
     return value
 
 
+def _folder_file(folder, want):
+    """What `resolve_model` takes from a folder for `want`, or `None`:
+    `artifact_in`'s file for `"any"`; the `model.keras` in (or beside, for
+    a SavedModel folder) it for `"keras"`; the folder itself or its
+    `saved_model/` for `"translator"`."""
+    if want == "any":
+        return artifact_in(folder)
+    if want == "keras":
+        if os.path.isfile(os.path.join(folder, "saved_model.pb")):
+            folder = os.path.dirname(os.path.abspath(folder))
+        found = os.path.normpath(os.path.join(folder, "model.keras"))
+        return found if os.path.isfile(found) else None
+    for name in (".", "saved_model"):
+        found = os.path.normpath(os.path.join(folder, name))
+        if os.path.isfile(os.path.join(found, "saved_model.pb")):
+            return found
+    return None
+
+
 def resolve_model(value, flag, want, args=None):
     """One way to name a model for every command: an artifact file, a
     folder holding one (`artifact_in`'s order), a SavedModel folder, or a
@@ -109,25 +128,9 @@ def resolve_model(value, flag, want, args=None):
     path = named_path(value, models_dir(args))
     if os.path.isfile(path):
         return path
-    if os.path.isdir(path):
-        if want == "any":
-            found = artifact_in(path)
-            if found is not None:
-                return found
-        saved = os.path.isfile(os.path.join(path, "saved_model.pb"))
-        if want == "keras" and saved:  # the folder beside the SavedModel
-            path = os.path.dirname(os.path.abspath(path))
-        candidates = {
-            "keras": ["model.keras"],
-            "translator": [".", "saved_model"],
-            "any": [],
-        }[want]
-        for name in candidates:
-            found = os.path.normpath(os.path.join(path, name))
-            if name.endswith(".keras") and os.path.isfile(found):
-                return found
-            if os.path.isfile(os.path.join(found, "saved_model.pb")):
-                return found
+    found = _folder_file(path, want) if os.path.isdir(path) else None
+    if found is not None:
+        return found
     kinds = {
         "keras": "a .keras file or a folder holding model.keras",
         "translator": "a translator SavedModel folder or its parent",
