@@ -481,23 +481,18 @@ class Translator(tf.Module):
                 align = at_static_sizes(align, {2: self.source_length})
             return {"ids": out["ids"], "alignment": align}
 
-        source = tf.TensorSpec([1, width], tf.int32, "source")
+        specs = [tf.TensorSpec([1, width], tf.int32, "source")]
         if isinstance(sampler, samplers.RandomSampler):
             # LiteRT has no stateless random op: the numbers are an input.
-            uniforms = tf.TensorSpec(
-                [self.max_length, 1], tf.float32, "uniforms"
+            specs.append(
+                tf.TensorSpec([self.max_length, 1], tf.float32, "uniforms")
             )
 
-            @tf.function(input_signature=[source, uniforms])
-            def translate(source, uniforms):
-                out = self._decode(source, sampler, unroll_first_step, uniforms)
-                return static_alignment(out)
-
-            return translate
-
-        @tf.function(input_signature=[source])
-        def translate(source):
-            out = self._decode(source, sampler, unroll_first_step)
+        @tf.function(input_signature=specs)
+        def translate(source, uniforms=None):
+            out = self._decode(source, sampler, unroll_first_step, uniforms)
             return static_alignment(out)
+
+        return translate
 
         return translate
