@@ -11,7 +11,7 @@ from keras_attn.layers import _sublayers
 
 # 0.1 weight name: (sublayer attribute, weight).
 MULTI_HEAD_WEIGHTS = {
-    f"{stream}_{weight}": (f"_{stream}_dense", weight)
+    f"{stream}_{weight}": (f"{stream}_dense", weight)
     for stream in ("query", "key", "value", "output")
     for weight in ("kernel", "bias")
 }

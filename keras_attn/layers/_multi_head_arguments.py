@@ -1,10 +1,20 @@
 """Checks of `MultiHeadPositional`'s arguments, inputs and output specs."""
 
-import types
+import inspect
+import textwrap
+import typing
 
 import keras
 from keras import ops
 
+from keras_attn.layers.alibi_bias import AlibiBias
+from keras_attn.layers.learned_position_embedding import (
+    LearnedPositionEmbedding,
+)
+from keras_attn.layers.rotary_embedding import RotaryEmbedding
+from keras_attn.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
 from keras_attn.validation import (
     axes_argument,
     check_attention_masks,
@@ -18,67 +28,228 @@ from keras_attn.validation import (
 )
 
 POSITIONS = ("sinusoidal", "learned", "rotary", "alibi", None)
-ADDED = ("sinusoidal", "learned")  # added to the inputs
 FEED_FORWARDS = (None, "concat", "per_head")
+REQUIRED = inspect.Parameter.empty
+# Each position is a layer that says where `MultiHeadPositional` applies
+# it (`attention_role`) and builds itself from the layer's settings
+# (`for_attention`): "inputs" (an encoding added to the inputs), "heads"
+# (the projected queries and keys turned) or "scores" (a bias).
+POSITION_LAYERS = {
+    "sinusoidal": SinusoidalPositionEncoding,
+    "learned": LearnedPositionEmbedding,
+    "rotary": RotaryEmbedding,
+    "alibi": AlibiBias,
+}
+ADDED = tuple(
+    name
+    for name, layer in POSITION_LAYERS.items()
+    if layer.attention_role == "inputs"
+)
 
 
-def check_arguments(
-    num_heads,
-    key_dim,
-    position,
-    max_length,
-    num_key_value_heads,
-    max_wavelength,
-    scaling_factor,
-    feed_forward,
-    dropout,
-    output_dim,
-    output_shape,
-    attention_axes,
-    **positive_or_none,
-):
+class Argument(typing.NamedTuple):
+    """One constructor argument of `MultiHeadPositional`, declared once:
+    the signature, the docstring's `Args:`, the stored attribute and the
+    config all read it. `doc=None`: one of Keras's, described under
+    `**kwargs`. `keras=True`: passed on to `MultiHeadAttention`."""
+
+    name: str
+    default: object = REQUIRED
+    doc: str = None
+    keras: bool = False
+    convert: typing.Callable = None  # given value -> stored attribute
+    serialize: typing.Callable = None  # stored attribute -> config value
+
+
+ARGUMENTS = (
+    Argument("num_heads", doc="number of heads `H`.", keras=True),
+    Argument("key_dim", doc="size of each query/key head.", keras=True),
+    Argument(
+        "value_dim",
+        None,
+        "size of each value head. Defaults to `key_dim`.",
+        keras=True,
+    ),
+    Argument(
+        "position",
+        "sinusoidal",
+        '`"sinusoidal"`, `"learned"`, `"rotary"`, `"alibi"` or `None`. '
+        'Defaults to `"sinusoidal"`.',
+    ),
+    Argument(
+        "max_length",
+        None,
+        'table size for `position="learned"` (required then). '
+        "Defaults to `None`.",
+    ),
+    Argument(
+        "num_key_value_heads",
+        None,
+        "key/value heads; divides `num_heads`. Defaults to `num_heads`.",
+    ),
+    Argument(
+        "max_wavelength",
+        10000.0,
+        "the largest wavelength of rotary angles. Defaults to `10000`.",
+        convert=float,
+    ),
+    Argument(
+        "scaling_factor",
+        1.0,
+        "rotary positions are divided by it. Defaults to `1`.",
+        convert=float,
+    ),
+    Argument(
+        "feed_forward",
+        None,
+        '`None`, `"concat"` or `"per_head"`. Defaults to `None`.',
+    ),
+    Argument(
+        "feed_forward_dim",
+        None,
+        "hidden width of `g`. Defaults to twice the input width of `g`.",
+    ),
+    Argument(
+        "feed_forward_activation",
+        "relu",
+        'activation of `g`. Defaults to `"relu"`.',
+        convert=keras.activations.get,
+        serialize=keras.activations.serialize,
+    ),
+    Argument("dropout", 0.0, keras=True),
+    Argument(
+        "output_dim",
+        None,
+        "output width; the same as `output_shape=output_dim`. Defaults to "
+        "`None` (the query's width).",
+    ),
+    Argument("output_shape", None, keras=True),
+    Argument("attention_axes", None, keras=True),
+    Argument("sliding_window", None, keras=True),
+)
+OWN = tuple(a for a in ARGUMENTS if not a.keras)
+KWARGS_DOC = (
+    "the other arguments of `keras.layers.MultiHeadAttention` "
+    "(`dropout`, `use_bias`, `output_shape`, `attention_axes`, "
+    "`sliding_window`, `flash_attention`, `use_gate`, `seed`, the "
+    "initializers, regularizers and constraints) and of the base layer. "
+    "Positions need a single attention axis."
+)
+SIGNATURE = inspect.Signature(
+    [
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        *(
+            inspect.Parameter(
+                a.name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=a.default,
+            )
+            for a in ARGUMENTS
+        ),
+        inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+    ]
+)
+
+
+def args_doc(indent=8):
+    """The docstring's `Args:` entries, from `ARGUMENTS`."""
+
+    def entry(name, doc):
+        return textwrap.fill(
+            f"{name}: {doc}",
+            width=79,
+            initial_indent=" " * indent,
+            subsequent_indent=" " * (indent + 4),
+        )
+
+    lines = [entry(a.name, a.doc) for a in ARGUMENTS if a.doc]
+    return "\n".join([*lines, entry("**kwargs", KWARGS_DOC)]).lstrip()
+
+
+def bind(layer, args, kwargs):
+    """`(given, rest)`: every declared argument by name (defaults filled
+    in) and the other keyword arguments, for Keras, as Python binds a
+    call to `SIGNATURE` (a missing, doubled or extra positional argument
+    is Python\'s `TypeError`)."""
+    bound = SIGNATURE.bind(layer, *args, **kwargs)
+    bound.apply_defaults()
+    given = dict(bound.arguments)
+    del given["self"]
+    return given, given.pop("kwargs")
+
+
+def resolve(given):
     """Raise, naming the argument, on a bad constructor argument; return
-    `(num_key_value_heads, output_shape, attention_axes)` resolved.
-    `positive_or_none`: the other sizes (`value_dim`, ...)."""
-    positive_int("num_heads", num_heads)
-    positive_int("key_dim", key_dim)
-    sizes = {**positive_or_none, "output_dim": output_dim}
-    sizes["num_key_value_heads"] = num_key_value_heads
-    for name, value in sizes.items():
-        positive_int(name, value, allow_none=True)
-    kv_heads = num_key_value_heads or num_heads
-    if num_heads % kv_heads:
+    `(for_keras, own)`: `MultiHeadAttention`\'s arguments (output shape
+    and axes resolved) and ours (as the layer stores them)."""
+    check_arguments(given)
+    given = dict(given)
+    given["num_key_value_heads"] = (
+        given["num_key_value_heads"] or given["num_heads"]
+    )
+    given["output_shape"] = output_shape_argument(
+        given["output_shape"], given["output_dim"]
+    )
+    given["attention_axes"] = axes_argument(given["attention_axes"])
+    for_keras = {a.name: given[a.name] for a in ARGUMENTS if a.keras}
+    own = {a.name: (a.convert or (lambda v: v))(given[a.name]) for a in OWN}
+    return for_keras, own
+
+
+def own_config(layer):
+    """Our arguments\' entries of `layer.get_config()`."""
+    return {
+        a.name: (a.serialize or (lambda v: v))(getattr(layer, a.name))
+        for a in OWN
+    }
+
+
+def check_arguments(given):
+    """Raise, naming the argument, on a bad constructor argument
+    (`given`: every declared argument by name)."""
+    positive_int("num_heads", given["num_heads"])
+    positive_int("key_dim", given["key_dim"])
+    for name in (
+        "value_dim",
+        "feed_forward_dim",
+        "sliding_window",
+        "output_dim",
+        "num_key_value_heads",
+    ):
+        positive_int(name, given[name], allow_none=True)
+    heads, position = given["num_heads"], given["position"]
+    kv_heads = given["num_key_value_heads"] or heads
+    if heads % kv_heads:
         raise ValueError(
             "Expected num_key_value_heads to divide num_heads. Received: "
-            f"num_heads={num_heads}, num_key_value_heads={kv_heads}"
+            f"num_heads={heads}, num_key_value_heads={kv_heads}"
         )
-    if position == "rotary" and key_dim % 2:
+    if position == "rotary" and given["key_dim"] % 2:
         raise ValueError(
             "Rotary positions turn pairs of features: key_dim must be "
-            f"even. Received: key_dim={key_dim}"
+            f"even. Received: key_dim={given['key_dim']}"
         )
-    positive_number("max_wavelength", max_wavelength)
-    positive_number("scaling_factor", scaling_factor)
-    for name, value, allowed in (
-        ("position", position, POSITIONS),
-        ("feed_forward", feed_forward, FEED_FORWARDS),
+    positive_number("max_wavelength", given["max_wavelength"])
+    positive_number("scaling_factor", given["scaling_factor"])
+    for name, allowed in (
+        ("position", POSITIONS),
+        ("feed_forward", FEED_FORWARDS),
     ):
-        if value not in allowed:
+        if given[name] not in allowed:
             raise ValueError(
                 f"Expected {name} to be one of {allowed}. "
-                f"Received: {name}={value!r}"
+                f"Received: {name}={given[name]!r}"
             )
-    positive_int("max_length", max_length, position != "learned")
-    check_rate("dropout", dropout)
-    output_shape = output_shape_argument(output_shape, output_dim)
-    attention_axes = axes_argument(attention_axes)
-    if position is not None and attention_axes and len(attention_axes) > 1:
+    positive_int("max_length", given["max_length"], position != "learned")
+    check_rate("dropout", given["dropout"])
+    output_shape_argument(given["output_shape"], given["output_dim"])
+    axes = axes_argument(given["attention_axes"])
+    if position is not None and axes and len(axes) > 1:
         raise ValueError(
             "Positions run along one axis: give a single attention axis "
-            f"or position=None. Received: attention_axes={attention_axes}"
+            f"or position=None. Received: attention_axes={axes}"
             f", position={position!r}"
         )
-    return kv_heads, output_shape, attention_axes
 
 
 def check_build_shapes(query_shape, value_shape, key_shape):
@@ -164,9 +335,12 @@ def check_inputs(layer, query, value, key):
             )
 
 
-def output_spec(layer, query, value, return_attention_scores, kwargs):
+def output_spec(layer, query, value, key, return_attention_scores, kwargs):
     """`compute_output_spec`: the output, the cache when one is given,
     and the scores `(B, ..., H, Tq..., Tv...)` when asked."""
+    value = query if value is None else value
+    if key is not None:
+        check_key_value(value.shape, key.shape)
     out = keras.KerasTensor(
         layer.compute_output_shape(query.shape), dtype=layer.compute_dtype
     )
@@ -193,11 +367,28 @@ def output_spec(layer, query, value, return_attention_scores, kwargs):
     return result[0] if len(result) == 1 else tuple(result)
 
 
+class Step(typing.NamedTuple):
+    """A call's resolved inputs, each with its mask (immutable: a step
+    that changes one returns a new `Step`, `step._replace(...)`)."""
+
+    query: object
+    value: object
+    key: object
+    query_mask: object
+    value_mask: object
+    key_mask: object
+    attention_mask: object
+    self_attention: bool
+    start: object  # position of the query's first step
+    three_d: bool  # (B, T, D) inputs
+    cached: bool  # a cache was given
+
+
 def resolve_inputs(
     layer, query, value, key, query_mask, masks, cache, index, start
 ):
     """`MultiHeadPositional`'s first step: the inputs cast to `layer`'s
-    compute dtype and checked, each with its mask, as a namespace. In
+    compute dtype and checked, each with its mask, as a `Step`. In
     self-attention the value mask defaults to the query mask; a
     cross-attention memory (a cache with no index) has no inputs."""
     value_mask, key_mask, attention_mask = masks
@@ -228,16 +419,38 @@ def resolve_inputs(
         )
     if start is None:
         start = 0 if index is None else index
-    return types.SimpleNamespace(  # the call's resolved inputs
-        query=query,
-        value=value,
-        key=key,
-        query_mask=query_mask,
-        value_mask=value_mask,
-        key_mask=key_mask,
-        attention_mask=attention_mask,
-        self_attention=self_attention,
-        start=start,
-        three_d=three_d,
-        cached=cache is not None,
+    return Step(
+        query,
+        value,
+        key,
+        query_mask,
+        value_mask,
+        key_mask,
+        attention_mask,
+        self_attention,
+        start,
+        three_d,
+        cache is not None,
+    )
+
+
+def new_steps_mask(step):
+    """In self-attention, the value mask of the query's own steps: the
+    value mask (which covers the cache's keys with a cache, so its slice
+    at the steps' positions), else the query mask."""
+    mask = step.value_mask
+    if mask is None:
+        return step.query_mask
+    steps = ops.shape(step.query)[1]
+    if mask.shape[1] is not None and mask.shape[1] == step.query.shape[1]:
+        return mask
+    return ops.slice(mask, (0, step.start), (ops.shape(mask)[0], steps))
+
+
+def one_length(step):
+    """Whether `step`'s queries and keys are `(B, T, D)` of one length
+    (self-attention, or both lengths known and equal)."""
+    query, key = step.query, step.key
+    return step.three_d and (
+        step.self_attention or query.shape[1] == key.shape[1] is not None
     )

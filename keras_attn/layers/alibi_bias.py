@@ -46,6 +46,14 @@ class AlibiBias(layers.Layer):
         - [Press et al. 2022](https://arxiv.org/abs/2108.12409)
     """
 
+    # How `MultiHeadPositional(position="alibi")` uses it: `bias` added
+    # to the scores.
+    attention_role = "scores"
+
+    @classmethod
+    def for_attention(cls, attention, name):
+        return cls(dtype=attention.dtype_policy, name=name)
+
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.built = True

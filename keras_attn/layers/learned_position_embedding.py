@@ -3,6 +3,7 @@
 import keras
 from keras import layers, ops
 
+from keras_attn.layers._added_position import AddedToInputs
 from keras_attn.validation import (
     clone_initializer,
     positive_int,
@@ -10,7 +11,7 @@ from keras_attn.validation import (
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class LearnedPositionEmbedding(layers.Layer):
+class LearnedPositionEmbedding(AddedToInputs, layers.Layer):
     """A learned position table `P` of shape `(max_length, D)`.
 
     Returns the rows `P[start_index : start_index + T]` broadcast to the
@@ -36,6 +37,16 @@ class LearnedPositionEmbedding(layers.Layer):
     >>> tuple(layer(np.zeros((2, 5, 8), "float32")).shape)
     (2, 5, 8)
     """
+
+    # How `MultiHeadPositional(position="learned")` uses it: added to its
+    # inputs, one table for each input width.
+    fits_any_width = False
+
+    @classmethod
+    def for_attention(cls, attention, name):
+        return cls(
+            attention.max_length, dtype=attention.dtype_policy, name=name
+        )
 
     def __init__(self, max_length, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)

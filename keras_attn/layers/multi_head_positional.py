@@ -1,20 +1,14 @@
 """`MultiHeadPositional`: Keras's `MultiHeadAttention` with positions,
 grouped key/value heads, a feed-forward g and a key/value cache."""
 
+import math
+
 import keras
 from keras import layers, ops
 
 from keras_attn.layers import _legacy, _sublayers
 from keras_attn.layers import _multi_head_arguments as arguments
-from keras_attn.layers.alibi_bias import AlibiBias
-from keras_attn.layers.learned_position_embedding import (
-    LearnedPositionEmbedding,
-)
-from keras_attn.layers.rotary_embedding import RotaryEmbedding
-from keras_attn.layers.sinusoidal_position_encoding import (
-    SinusoidalPositionEncoding,
-)
-from keras_attn.ops import masking
+from keras_attn.ops import heads, masking
 from keras_attn.validation import (
     check_attention_masks,
     check_key_value,
@@ -73,30 +67,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
     there never reaches a valid output.
 
     Args:
-        num_heads: number of heads `H`.
-        key_dim: size of each query/key head.
-        value_dim: size of each value head. Defaults to `key_dim`.
-        position: `"sinusoidal"`, `"learned"`, `"rotary"`, `"alibi"` or
-            `None`. Defaults to `"sinusoidal"`.
-        num_key_value_heads: key/value heads; divides `num_heads`.
-            Defaults to `num_heads`.
-        max_wavelength: the largest wavelength of rotary angles.
-            Defaults to `10000`.
-        scaling_factor: rotary positions are divided by it. Defaults
-            to `1`.
-        max_length: table size for `position="learned"` (required then).
-            Defaults to `None`.
-        feed_forward: `None`, `"concat"` or `"per_head"`. Defaults to `None`.
-        feed_forward_dim: hidden width of `g`. Defaults to twice the input
-            width of `g`.
-        feed_forward_activation: activation of `g`. Defaults to `"relu"`.
-        output_dim: output width; the same as `output_shape=output_dim`.
-            Defaults to `None` (the query's width).
-        **kwargs: the other arguments of `keras.layers.MultiHeadAttention`
-            (`dropout`, `use_bias`, `output_shape`, `attention_axes`,
-            `sliding_window`, `flash_attention`, `use_gate`, `seed`, the
-            initializers, regularizers and constraints) and of the base
-            layer. Positions need a single attention axis.
+        {arguments}
 
     Call arguments:
         query: `(B, Tq, Dq)` (or `(B, d_1, ..., d_n, Dq)`).
@@ -143,67 +114,30 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         - [Vaswani et al. 2017](https://arxiv.org/abs/1706.03762)
     """
 
-    def __init__(
-        self,
-        num_heads,
-        key_dim,
-        value_dim=None,
-        position="sinusoidal",
-        max_length=None,
-        num_key_value_heads=None,
-        max_wavelength=10000.0,
-        scaling_factor=1.0,
-        feed_forward=None,
-        feed_forward_dim=None,
-        feed_forward_activation="relu",
-        dropout=0.0,
-        output_dim=None,
-        output_shape=None,
-        attention_axes=None,
-        sliding_window=None,
-        **kwargs,
-    ):
-        kv_heads, output_shape, attention_axes = arguments.check_arguments(
-            num_heads,
-            key_dim,
-            position,
-            max_length,
-            num_key_value_heads,
-            max_wavelength,
-            scaling_factor,
-            feed_forward,
-            dropout,
-            output_dim,
-            output_shape,
-            attention_axes,
-            value_dim=value_dim,
-            feed_forward_dim=feed_forward_dim,
-            sliding_window=sliding_window,
-        )
-        super().__init__(
-            num_heads,
-            key_dim,
-            value_dim=value_dim,
-            dropout=dropout,
-            output_shape=output_shape,
-            attention_axes=attention_axes,
-            sliding_window=sliding_window,
-            **kwargs,
-        )
-        self.position, self.max_length = position, max_length
-        self.num_key_value_heads = kv_heads
-        self.max_wavelength = float(max_wavelength)
-        self.scaling_factor = float(scaling_factor)
-        self.feed_forward = feed_forward
-        self.feed_forward_dim = feed_forward_dim
-        self.feed_forward_activation = keras.activations.get(
-            feed_forward_activation
-        )
-        self.output_dim = output_dim
-        self._given_axes = attention_axes
+    # Keras's private members touched, and why: the hooks overridden,
+    # `_build_attention` (grouped heads), `_compute_attention` (g) and
+    # `_masked_softmax` (masked keys weigh zero); `_key_dense`,
+    # `_value_dense`, `_gate_dense` and `_tracker` (grouped heads replace
+    # Keras's key and value projections, in its weight order);
+    # `_get_common_kwargs_for_sublayer` (initializers etc. for ours);
+    # `_flash_attention` (global switch included); `_dot_product_equation`,
+    # `_combine_equation`, `_dropout_layer`, `_compute_attention_mask`
+    # (Keras's attention over any axes).
+
+    def __init__(self, *args, **kwargs):
+        given, rest = arguments.bind(self, args, kwargs)
+        for_keras, own = arguments.resolve(given)
+        super().__init__(**for_keras, **rest)
+        for name, value in own.items():
+            setattr(self, name, value)
+        self._given_axes = for_keras["attention_axes"]
+        self._window = for_keras["sliding_window"]
+        self._output_tail = for_keras["output_shape"]
         self._ff_1 = self._ff_2 = None
         self.query_position = self.key_position = None
         self.value_position = self.rotary = self.alibi = None
+
+    __init__.__signature__ = arguments.SIGNATURE
 
     # -- Building: Keras's projections, grouped heads, g, positions. ----
 
@@ -217,11 +151,9 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         )
         self._build_shapes = {"key": key_shape, "value": value_shape}
         super().build(query_shape, value_shape, key_shape)
-        self._widths = {
-            "query": query_shape[-1],
-            "value": value_shape[-1],
-            "key": key_shape[-1],
-        }
+        self._widths = dict(
+            query=query_shape[-1], value=value_shape[-1], key=key_shape[-1]
+        )
         self._build_feed_forward()
         self._build_positions()
 
@@ -268,37 +200,27 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         )
 
     def _build_positions(self):
-        """The position layers. A sinusoidal encoding fits any width: one
-        layer. A learned table is made per distinct input width (one for
-        self-attention). Rotary and ALiBi have no weights."""
+        """The position layer(s), built by their class for this layer
+        (`for_attention`). An encoding added to the inputs is one layer
+        where it fits any width, else one a distinct input width (one
+        for self-attention); one on the heads or scores is one layer,
+        named after the position."""
         self._stream_positions = {}
-        policy = self.dtype_policy
-        if self.position == "rotary":
-            self.rotary = RotaryEmbedding(
-                self.max_wavelength,
-                self.scaling_factor,
-                dtype=policy,
-                name="rotary",
+        kind = arguments.POSITION_LAYERS.get(self.position)
+        if kind is None:
+            return
+        if kind.attention_role != "inputs":
+            setattr(
+                self, self.position, kind.for_attention(self, self.position)
             )
-        elif self.position == "alibi":
-            self.alibi = AlibiBias(dtype=policy, name="alibi")
-        if self.position not in arguments.ADDED:
             return
         tables = {}
         for stream in ("query", "value", "key"):
             width = self._widths[stream]
-            if not tables or (
-                self.position == "learned" and width not in tables
-            ):
-                name = f"{stream}_position"
-                if self.position == "sinusoidal":
-                    table = SinusoidalPositionEncoding(dtype=policy, name=name)
-                else:
-                    table = LearnedPositionEmbedding(
-                        self.max_length, dtype=policy, name=name
-                    )
+            if not tables or (not kind.fits_any_width and width not in tables):
+                table = kind.for_attention(self, f"{stream}_position")
                 table.build((None, None, width))
-                setattr(self, name, table)
+                setattr(self, f"{stream}_position", table)
                 tables[width] = table
             self._stream_positions[stream] = tables.get(
                 width, self.query_position
@@ -336,7 +258,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             start_index,
         )
         q, gate = self._queries(step)
-        k, v, cache, length, offset = self._keys_and_values(
+        k, v, cache, length, offset, step = self._keys_and_values(
             step, cache, cache_update_index
         )
         full_mask, rows, lean = self._merged_mask(
@@ -348,8 +270,8 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             extra["attention_bias"] = bias
         context, scores = self._compute_attention(
             q,
-            self._repeat_heads(k),  # (B, Tv, H, K), as Keras's GQA
-            self._repeat_heads(v),
+            heads.repeat_heads(k, self.num_heads),  # (B, Tv, H, K)
+            heads.repeat_heads(v, self.num_heads),
             full_mask,
             training,
             return_attention_scores,
@@ -359,7 +281,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             scores = masking.zero_rows(scores, rows[:, None])
         if gate is not None:
             context = ops.multiply(context, gate)
-        output = masking.zero_rows(self._output_dense(context), rows)
+        output = masking.zero_rows(self.output_dense(context), rows)
         set_output_mask(output, step.query_mask)
         result = (output,) if cache is None else (output, cache)
         if return_attention_scores:
@@ -371,54 +293,45 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         out, positioned) and the gate's values (`None` without a gate)."""
         query = masking.select(step.query, step.query_mask)
         query = self._add_positions(query, "query", step.start)
-        gate = self._gate_dense(query) if self._use_gate else None
-        return self._rotate(self._query_dense(query), step.start), gate
+        gate_dense = getattr(self, "_gate_dense", None)
+        gate = None if gate_dense is None else gate_dense(query)
+        return self._rotate(self.query_dense(query), step.start), gate
 
     def _keys_and_values(self, step, cache, index):
-        """Step 2b: `(k, v, cache, length, offset)`: projected keys and
-        values `(B, Tv, H_kv, K)` with padding selected out by the value
-        (or key) mask alone, from the inputs or through the cache; the
-        new cache (`None` without one); the number of keys; the first
-        query step's index in a self-attention cache (else `None`)."""
+        """Step 2b: `(k, v, cache, length, offset, step)`: projected keys
+        and values `(B, Tv, H_kv, K)` with padding selected out by the
+        value (or key) mask alone, from the inputs or through the cache;
+        the new cache (`None` without one); the number of keys; the first
+        query step's index in a self-attention cache (else `None`); the
+        step with its masks over the cache's keys."""
         value, key = step.value, step.key
         if step.self_attention:
-            value = key = masking.select(value, self._new_steps_mask(step))
+            value = key = masking.select(value, arguments.new_steps_mask(step))
         elif cache is None:
             key_mask = step.value_mask if key is value else step.key_mask
             key = masking.select(key, key_mask)
             value = masking.select(value, step.value_mask)
         if cache is None:
             k, v = self._project_keys(value, key)
-            return k, v, None, ops.shape(key)[1], None
+            return k, v, None, ops.shape(key)[1], None, step
         self._check_cacheable()
         cache = ops.cast(cache, self.compute_dtype)
         length = ops.shape(cache)[2]
-        step.key_mask = None
+        step = step._replace(key_mask=None)
         if index is None:  # cross-attention over a precomputed memory
-            return cache[:, 0], cache[:, 1], cache, length, None
+            return cache[:, 0], cache[:, 1], cache, length, None, step
         k_new, v_new = self._project_keys(value, key, step.start)
         at = (0, index, 0, 0)
         k = ops.slice_update(cache[:, 0], at, k_new)  # (B, T, H, K)
         v = ops.slice_update(cache[:, 1], at, v_new)
         if step.self_attention and step.value_mask is None:
             if step.query_mask is not None:  # keys written so far: valid
-                step.value_mask = masking.written_mask(
-                    step.query_mask, length, index
+                step = step._replace(
+                    value_mask=masking.written_mask(
+                        step.query_mask, length, index
+                    )
                 )
-        return k, v, ops.stack([k, v], axis=1), length, index
-
-    @staticmethod
-    def _new_steps_mask(step):
-        """In self-attention, the value mask of the query's own steps: the
-        value mask (which covers the cache's keys with a cache, so its
-        slice at the steps' positions), else the query mask."""
-        mask = step.value_mask
-        if mask is None:
-            return step.query_mask
-        steps = ops.shape(step.query)[1]
-        if mask.shape[1] is not None and mask.shape[1] == step.query.shape[1]:
-            return mask
-        return ops.slice(mask, (0, step.start), (ops.shape(mask)[0], steps))
+        return k, v, ops.stack([k, v], axis=1), length, index, step
 
     def _merged_mask(self, step, k, length, offset, use_causal_mask):
         """Step 3: `(mask, rows, lean)`: every mask merged for
@@ -428,27 +341,24 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         the fused op's `is_causal` with the keys' padding `(B, 1, 1, Tv)`
         (the memory of long sequences on GPUs)."""
         query, masks = step.query, (step.query_mask, step.value_mask)
+        attention_mask = step.attention_mask
         if step.three_d and step.cached:  # checked against the cache
             check_attention_masks(
-                query, k, *masks, step.attention_mask, self.num_heads
+                query, k, *masks, attention_mask, self.num_heads
             )
-        if step.three_d and step.attention_mask is not None:
-            if len(step.attention_mask.shape) == 2:  # (Tq, Tv) → (1, Tq, Tv)
-                step.attention_mask = step.attention_mask[None]
+        if step.three_d and attention_mask is not None:
+            if len(attention_mask.shape) == 2:  # (Tq, Tv) → (1, Tq, Tv)
+                attention_mask = attention_mask[None]
         lean = bool(
             use_causal_mask
             and offset is None
-            and step.attention_mask is None
-            and not self._sliding_window
-            and step.three_d
-            and (
-                step.self_attention
-                or query.shape[1] == step.key.shape[1] is not None
-            )
+            and attention_mask is None
+            and not self._window
             # As Keras's: a subclass that overrides `_compute_attention`
             # gets the causal mask itself, in the five-argument call.
             and type(self)._compute_attention
             is MultiHeadPositional._compute_attention
+            and arguments.one_length(step)
         )
         if lean:
             mask, rows = masking.lean_masks(step.query_mask, step.value_mask)
@@ -460,7 +370,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
                 query_mask=step.query_mask,
                 value_mask=step.value_mask,
                 key_mask=step.key_mask,
-                attention_mask=step.attention_mask,
+                attention_mask=attention_mask,
                 use_causal_mask=use_causal_mask,
             )
         else:
@@ -470,27 +380,23 @@ class MultiHeadPositional(layers.MultiHeadAttention):
                 step.query_mask,
                 step.value_mask,
                 step.key_mask,
-                step.attention_mask,
+                attention_mask,
                 use_causal_mask,
-                self._sliding_window,
+                self._window,
                 offset,
             )
         rank = len(query.shape) - 1
-        rows = masking.rows_with_a_key(mask, rank, self._attention_axes)
+        rows = masking.rows_with_a_key(mask, rank, self.attention_axes)
         return mask, rows, False
 
     # -- Positions. ------------------------------------------------------
 
     def _add_positions(self, x, stream, start_index=0):
         """`x + p(start_index + i)` along the attention axis."""
-        if self.position not in arguments.ADDED:
+        table = self._stream_positions.get(stream)
+        if table is None:
             return x
-        axis, table = self._position_axis, self._stream_positions[stream]
-        if axis == len(x.shape) - 2:
-            return x + table(x, start_index=start_index)
-        moved = ops.moveaxis(x, axis, -2)  # (B, ..., T, D)
-        moved = moved + table(moved, start_index=start_index)
-        return ops.moveaxis(moved, -2, axis)
+        return table.add_to(x, self._position_axis, start_index)
 
     def _rotate(self, x, start):
         """`x` `(B, T, H, K)` rotated at positions `start..start+T-1`."""
@@ -502,19 +408,18 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         relative positions (e.g. a learned T5 bucket table built in
         `build`); `query_positions` `(Tq,)` and `key_positions` `(Tk,)`
         are the steps' absolute positions (they continue in a cache)."""
-        if self.position != "alibi":
+        kind = arguments.POSITION_LAYERS.get(self.position)
+        if getattr(kind, "attention_role", None) != "scores":
             return None
-        alibi = self.alibi or AlibiBias  # the layer, once built
-        return alibi.bias(self.num_heads, query_positions, key_positions)
+        return kind.bias(self.num_heads, query_positions, key_positions)
 
     def _total_bias(self, q, start, length, attention_bias):
         """`attention_bias` plus `score_bias`'s for queries `q`
         `(B, Tq, H, K)` from position `start` over `length` keys."""
         if len(q.shape) != 4:
             return attention_bias
-        own = self.score_bias(
-            ops.arange(ops.shape(q)[1]) + start, ops.arange(length)
-        )
+        queries = ops.arange(ops.shape(q)[1]) + start
+        own = self.score_bias(queries, ops.arange(length))
         if own is None or attention_bias is None:
             return own if attention_bias is None else attention_bias
         return ops.add(attention_bias, own)
@@ -524,22 +429,9 @@ class MultiHeadPositional(layers.MultiHeadAttention):
     def _project_keys(self, value, key, start=0):
         """Projected keys and values `(B, T, H_kv, K)` of inputs at
         positions `start..start+T-1`."""
-        k = self._key_dense(self._add_positions(key, "key", start))
-        v = self._value_dense(self._add_positions(value, "value", start))
+        k = self.key_dense(self._add_positions(key, "key", start))
+        v = self.value_dense(self._add_positions(value, "value", start))
         return self._rotate(k, start), v
-
-    def _repeat_heads(self, x):
-        """`(B, T, H_kv, K)` → `(B, T, H, K)`: each key/value head serves
-        `num_heads / num_key_value_heads` query heads in a row."""
-        groups = self.num_heads // self.num_key_value_heads
-        if groups == 1:
-            return x
-        # `ops.repeat(x, groups, axis=-2)` as copies side by side in the
-        # features, then split into heads: the same values, and ops that
-        # TFLM runs (it has no TILE).
-        copies = ops.concatenate([x] * groups, axis=-1)  # (B, T, H_kv, G·K)
-        steps = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
-        return ops.reshape(copies, (-1, steps, self.num_heads, x.shape[-1]))
 
     def _check_cacheable(self):
         if self.value_dim != self.key_dim:
@@ -579,9 +471,15 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         use_causal_mask=False,
         attention_bias=None,
     ):
-        """Attention (`_attend`), then `g` on the heads' outputs. `key`
-        and `value` have `num_heads` heads (grouped ones repeated by
-        `_repeat_heads`), as in Keras's `GroupedQueryAttention`."""
+        """Attention, then `g` on the heads' outputs. `key` and `value`
+        have `num_heads` heads (grouped ones repeated), as in Keras's
+        `GroupedQueryAttention`; a bias is added to the scores. The
+        backend's fused op runs where Keras's `MultiHeadAttention` would
+        use it (with its own causal kernel when causal and no bias), else
+        Keras's einsums and masked softmax. Both scale the query before its
+        product with the keys, as Keras's einsum path does: Keras's fused
+        call scales the product, which overflows float16 where the einsums
+        do not."""
         if self._flash_attention and return_attention_scores:
             raise ValueError(
                 "Returning attention scores needs flash attention off. "
@@ -594,34 +492,13 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             and keras.backend.backend() == "jax"
             and not self._flash_attention
         )
-        context, scores = self._attend(
-            query,
-            key,
-            value,
-            attention_mask,
-            attention_bias,
-            training,
-            explicit,
-            use_causal_mask,
-        )
-        context = masking.zero_empty_heads(context, attention_mask)
-        return self._g(context), scores if return_attention_scores else None
-
-    def _attend(
-        self, query, key, value, mask, bias, training, explicit, causal
-    ):
-        """Attention, `bias` (if any) added to the scores: the backend's
-        fused op where Keras's `MultiHeadAttention` would use it (with its
-        own causal kernel when `causal` and no bias), else Keras's einsums
-        and masked softmax. Both scale the query before its product with
-        the keys, as Keras's einsum path does: Keras's fused call scales
-        the product, which overflows float16 where the einsums do not."""
-        query = ops.multiply(
-            query, ops.cast(self._inverse_sqrt_key_dim, query.dtype)
-        )
-        fused = not (explicit or self._dropout > 0.0 or len(query.shape) != 4)
+        scale = 1.0 / math.sqrt(float(self.key_dim))
+        query = ops.multiply(query, ops.cast(scale, query.dtype))
+        fused = not (explicit or self.dropout > 0.0 or len(query.shape) != 4)
+        mask, bias, causal = attention_mask, attention_bias, use_causal_mask
         if causal and not (fused and bias is None):
-            causal_mask = self._compute_causal_mask(query, value)
+            shape = ops.shape(query)[1], ops.shape(value)[1]
+            causal_mask = masking.causal_mask(*shape)[None]  # (1, Tq, Tv)
             mask = (
                 causal_mask
                 if mask is None
@@ -629,44 +506,28 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             )
             causal = False
         mask = None if mask is None else ops.cast(mask, "bool")
-        if not fused:
+        scores = None
+        if fused:
+            context = heads.fused_attention(
+                query, key, value, mask, bias, causal, self._flash_attention
+            )
+        else:
             scores = ops.einsum(self._dot_product_equation, key, query)
             if bias is not None:
                 scores = scores + ops.cast(bias, scores.dtype)
             scores = self._masked_softmax(scores, mask)
             dropped = self._dropout_layer(scores, training=training)
-            return ops.einsum(self._combine_equation, dropped, value), scores
-        while mask is not None and len(mask.shape) < 4:
-            mask = ops.expand_dims(mask, -3)  # (B, Tq, Tk) → (B, 1, Tq, Tk)
-        if bias is not None and mask is not None:
-            # One of them only (PyTorch's rule): the mask into the bias.
-            low = ops.cast(
-                masking.large_negative_number(query.dtype), "float32"
-            )
-            bias = ops.where(mask, ops.cast(bias, "float32"), low)
-            mask = None
-        context = ops.dot_product_attention(
-            query,
-            key,
-            value,
-            bias=None if bias is None else ops.cast(bias, query.dtype),
-            mask=mask,
-            scale=1.0,
-            is_causal=bool(causal),
-            flash_attention=self._flash_attention,
-        )
-        return context, None
+            context = ops.einsum(self._combine_equation, dropped, value)
+        context = masking.zero_empty_heads(context, attention_mask)
+        return self._g(context), scores if return_attention_scores else None
 
     def _masked_softmax(self, attention_scores, attention_mask=None):
         """Keras's masked softmax, except that masked keys get exactly zero
         weight and a query with no key gets zeros (not uniform weights)."""
         if attention_mask is None:
             return super()._masked_softmax(attention_scores)
-        axis = -len(self._attention_axes) * 2 - 1
-        for _ in range(len(attention_scores.shape) - len(attention_mask.shape)):
-            attention_mask = ops.expand_dims(attention_mask, axis=axis)
         return masking.masked_softmax_over(
-            attention_scores, attention_mask, len(self._attention_axes)
+            attention_scores, attention_mask, len(self.attention_axes)
         )
 
     def _g(self, context):
@@ -687,18 +548,14 @@ class MultiHeadPositional(layers.MultiHeadAttention):
     ):
         if value_shape is not None and key_shape is not None:
             check_key_value(value_shape, key_shape)
-        tail = self._output_shape or (query_shape[-1],)
+        tail = self._output_tail or (query_shape[-1],)
         return (*query_shape[:-1], *tail)
 
     def compute_output_spec(
         self, query, value=None, key=None, return_attention_scores=False, **kw
     ):
-        value = query if value is None else value
-        if key is not None:
-            check_key_value(value.shape, key.shape)
-        return arguments.output_spec(
-            self, query, value, return_attention_scores, kw
-        )
+        spec = arguments.output_spec
+        return spec(self, query, value, key, return_attention_scores, kw)
 
     def _denses(self):
         names = ("_query_dense", "_key_dense", "_gate_dense", "_value_dense")
@@ -720,21 +577,11 @@ class MultiHeadPositional(layers.MultiHeadAttention):
     def get_config(self):
         config = super().get_config()
         config.update(
+            arguments.own_config(self),
             dtype=_sublayers.dtype_config(
                 self, self._denses() if self.built else []
             ),
-            position=self.position,
-            max_length=self.max_length,
-            num_key_value_heads=self.num_key_value_heads,
-            max_wavelength=self.max_wavelength,
-            scaling_factor=self.scaling_factor,
-            feed_forward=self.feed_forward,
-            feed_forward_dim=self.feed_forward_dim,
-            feed_forward_activation=keras.activations.serialize(
-                self.feed_forward_activation
-            ),
-            output_dim=self.output_dim,
-            output_shape=None if self.output_dim else self._output_shape,
+            output_shape=None if self.output_dim else self._output_tail,
             attention_axes=self._given_axes,
             flash_attention=self._flash_attention,
         )
@@ -745,3 +592,8 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         # keras_attn 0.2 wrote `value_dim=None` and no `activity_regularizer`;
         # both load as they are. Keras's own keys pass through.
         return cls(**config)
+
+
+MultiHeadPositional.__doc__ = MultiHeadPositional.__doc__.replace(
+    "{arguments}", arguments.args_doc()
+)

@@ -45,6 +45,19 @@ class RotaryEmbedding(layers.Layer):
         - [Su et al. 2021](https://arxiv.org/abs/2104.09864)
     """
 
+    # How `MultiHeadPositional(position="rotary")` uses it: on the
+    # projected queries and keys, `(B, T, H, K)`.
+    attention_role = "heads"
+
+    @classmethod
+    def for_attention(cls, attention, name):
+        return cls(
+            attention.max_wavelength,
+            attention.scaling_factor,
+            dtype=attention.dtype_policy,
+            name=name,
+        )
+
     def __init__(
         self,
         max_wavelength=10000.0,

@@ -3,11 +3,12 @@
 import keras
 from keras import layers, ops
 
+from keras_attn.layers._added_position import AddedToInputs
 from keras_attn.ops import positional
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class SinusoidalPositionEncoding(layers.Layer):
+class SinusoidalPositionEncoding(AddedToInputs, layers.Layer):
     """Sinusoidal position encoding (Vaswani et al. 2017, §3.5).
 
     Returns the encoding to **add** to the inputs (not the sum), with the
@@ -40,6 +41,14 @@ class SinusoidalPositionEncoding(layers.Layer):
     References:
         - [Vaswani et al. 2017](https://arxiv.org/abs/1706.03762)
     """
+
+    # How `MultiHeadPositional(position="sinusoidal")` uses it: added to
+    # its inputs, one layer for every input width.
+    fits_any_width = True
+
+    @classmethod
+    def for_attention(cls, attention, name):
+        return cls(dtype=attention.dtype_policy, name=name)
 
     def __init__(self, max_wavelength=10000.0, **kwargs):
         super().__init__(**kwargs)

@@ -256,7 +256,11 @@ def zero_empty_heads(context, mask):
 
 def masked_softmax_over(scores, mask, key_axes):
     """`masked_softmax` over the last `key_axes` axes of `scores` at once
-    (several attention axes), `mask` broadcastable to `scores`."""
+    (several attention axes). `mask` is broadcastable to `scores` once
+    given its missing head axis, as Keras's `MultiHeadAttention` masks are:
+    `(B, ..., Tq..., Tk...)` for scores `(B, ..., H, Tq..., Tk...)`."""
+    for _ in range(len(scores.shape) - len(mask.shape)):
+        mask = ops.expand_dims(mask, axis=-2 * key_axes - 1)
     if key_axes == 1:
         return masked_softmax(scores, mask)
     shape = ops.shape(scores)
