@@ -435,25 +435,6 @@ def explain(model_path, text, out_dir, overwrite=False):
 
 def load_text_model(path):
     """Load a `.keras` file (or a folder holding `model.keras`)."""
-    import keras
+    from keras_attn.opener import load_keras_model
 
-    import keras_attn  # noqa: F401  (registers the layers)
-
-    if os.path.isdir(path):
-        path = os.path.join(path, "model.keras")
-    if not os.path.isfile(path):
-        raise ValueError(f"No such model file. Received: path={path!r}")
-    if keras.backend.backend() != "tensorflow":
-        raise ValueError(
-            "Raw-text .keras models run on the TensorFlow backend (their "
-            "TextVectorization layer is TensorFlow's): set "
-            "KERAS_BACKEND=tensorflow, or use the model's .tflite or .onnx "
-            f"export. Received: KERAS_BACKEND={keras.backend.backend()} for "
-            f"{path!r}"
-        )
-    try:
-        return keras.models.load_model(path)
-    except Exception as err:
-        raise ValueError(
-            f"Could not load a Keras model from {path!r}: {err}"
-        ) from err
+    return load_keras_model(path)

@@ -311,58 +311,74 @@ def _predict(args):
 
 def _scorer(path, args):
     """`score(texts) -> (probabilities, known-word counts)` for the
-    artifact at `path`, loaded once."""
+    artifact at `path` (`keras_attn_runtime.opener.open`), loaded once."""
+    from keras_attn_runtime import opener
+
     if path.endswith((".tflite", ".onnx")):
-        import keras_attn_runtime as litert_runtime
-
-        if path.endswith(".tflite"):
-            clf = litert_runtime.LiteRTClassifier(
-                path, args.vocabulary, accelerator=args.accelerator
-            )
-            outputs = sorted(clf.runner.get_output_details())
-            kind = "LiteRT"
-        else:
-            clf = litert_runtime.OnnxClassifier(path)
-            outputs, kind = clf.outputs, "ONNX"
-        if "probability" not in outputs:
-            raise ValueError(
-                f"Expected a {kind} classifier with a 'probability' output. "
-                f"Received: {path!r} with outputs {outputs}"
-            )
-
-        def score(texts):
-            ids = clf.tokenizer(texts)
-            known = [int((np.asarray(row) > 1).sum()) for row in ids]
-            return _probabilities(clf.predict_ids(ids)), known
-
-        return score
+        artifact = opener.open(
+            path,
+            accelerator=args.accelerator,
+            vocabulary_path=args.vocabulary,
+            flag="artifact",
+        )
+        return _runtime_scorer(artifact)
     if os.path.isdir(path):
-        import tensorflow as tf
-
-        from keras_attn import export
-
-        fn = saved_classifier(path, args.allow_unsafe_ops)
-
-        def score(texts):
-            result = run_model(fn, tf.constant(texts))
-            out = {k: v.numpy() for k, v in result.items()}
-            if export.KNOWN_WORDS in out:  # written by keras_attn >= 0.3
-                known = [int(n) for n in out[export.KNOWN_WORDS]]
-            else:  # older exports: no attention at all means no known word
-                att = out.get("attention")
-                known = (
-                    [1] * len(texts)
-                    if att is None
-                    else [int(np.abs(a).sum() > 0) for a in att]
-                )
-            return _probabilities(out), known
-
-        return score
+        artifact = opener.open(
+            path, allow_unsafe=args.allow_unsafe_ops, flag="artifact"
+        )
+        return _saved_model_scorer(artifact)
     model = load_classifier(path)
 
     def score(texts):
         out = run_model(model.predict, np.array(texts, dtype=object), 256, 0)
         return _probabilities(out), known_words(model, texts)
+
+    return score
+
+
+def _runtime_scorer(artifact):
+    """`_scorer` for a LiteRT or ONNX classifier: known words are the
+    ids past padding and the unknown token."""
+    kind = {"litert": "LiteRT", "onnx": "ONNX"}[artifact.kind]
+    clf = getattr(artifact, "classifier", None)
+    default = artifact.signatures.get("serving_default", ((), {}))
+    outputs = [] if clf is None else sorted(default[1])
+    if "probability" not in outputs:
+        what = "a translator" if clf is None else f"outputs {outputs}"
+        raise ValueError(
+            f"Expected a {kind} classifier with a 'probability' output. "
+            f"Received: {artifact.path!r} with {what}"
+        )
+
+    def score(texts):
+        ids = clf.tokenizer(texts)
+        known = [int((np.asarray(row) > 1).sum()) for row in ids]
+        return _probabilities(clf.predict_ids(ids)), known
+
+    return score
+
+
+def _saved_model_scorer(artifact):
+    """`_scorer` for a text-classifier SavedModel (`serving_default`)."""
+    import tensorflow as tf
+
+    from keras_attn import export
+
+    fn = saved_classifier(artifact.loaded, artifact.path)
+
+    def score(texts):
+        result = run_model(fn, tf.constant(texts))
+        out = {k: v.numpy() for k, v in result.items()}
+        if export.KNOWN_WORDS in out:  # written by keras_attn >= 0.3
+            known = [int(n) for n in out[export.KNOWN_WORDS]]
+        else:  # older exports: no attention at all means no known word
+            att = out.get("attention")
+            known = (
+                [1] * len(texts)
+                if att is None
+                else [int(np.abs(a).sum() > 0) for a in att]
+            )
+        return _probabilities(out), known
 
     return score
 

@@ -72,22 +72,15 @@ def find_translator(args=None):
 
 def artifact_in(folder):
     """The model file `folder` holds, in the one order every command and
-    `serve` use: a SavedModel (the folder itself, or its `saved_model/`),
-    as TensorFlow Serving serves it; else its `model.keras`; else its one
-    `.tflite` or `.onnx` file. `None` when it holds none of these (or
-    several `.tflite`/`.onnx` files and nothing before them)."""
-    for candidate in (folder, os.path.join(folder, "saved_model")):
-        if os.path.isfile(os.path.join(candidate, "saved_model.pb")):
-            return os.path.normpath(candidate)
-    keras_file = os.path.join(folder, "model.keras")
-    if os.path.isfile(keras_file):
-        return os.path.normpath(keras_file)
-    files = sorted(
-        f for f in os.listdir(folder) if f.endswith((".tflite", ".onnx"))
-    )
-    if len(files) == 1:
-        return os.path.normpath(os.path.join(folder, files[0]))
-    return None
+    `serve` use (`keras_attn_runtime.opener`): a SavedModel (the folder
+    itself, or its `saved_model/`), as TensorFlow Serving serves it; else
+    its `model.keras`; else its one `.tflite` or `.onnx` file. `None`
+    when it holds none of these (or several `.tflite`/`.onnx` files and
+    nothing before them)."""
+    from keras_attn_runtime.opener import find
+
+    result = find(folder) if os.path.isdir(folder) else None
+    return None if result is None else result[1]
 
 
 def named_path(value, models_root):
@@ -150,9 +143,9 @@ def resolve_model(value, flag, want, args=None):
 def load_classifier(path):
     """A `.keras` raw-text classifier: one string input, a dict output
     with `probability` (the documented contract)."""
-    from keras_attn import explain
+    from keras_attn.opener import KerasArtifact
 
-    model = explain.load_text_model(path)
+    model = KerasArtifact(path).model
     check_classifier(model, path)
     return model
 
@@ -280,30 +273,6 @@ def known_words(model, texts):
     return (ids > 1).sum(axis=-1)
 
 
-def load_saved_model(path, allow_unsafe=False):
-    """Load a SavedModel after checking its files and its ops."""
-    import tensorflow as tf
-
-    from keras_attn import trust
-
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
-        raise ValueError(f"No saved_model.pb in {path!r}.")
-    if not allow_unsafe:
-        trust.check_saved_model(path)
-    if not os.path.isfile(os.path.join(path, "variables", "variables.index")):
-        raise ValueError(
-            f"Not a complete SavedModel: {path!r} has no "
-            "variables/variables.index"
-        )
-    try:
-        return tf.saved_model.load(path)
-    except Exception as err:
-        first = (str(err).strip() or type(err).__name__).splitlines()[0]
-        raise ValueError(
-            f"Could not load the SavedModel {path!r}: {first}"
-        ) from None
-
-
 def _signature(loaded, path, key, needs):
     signatures = dict(getattr(loaded, "signatures", {}) or {})
     if key not in signatures:
@@ -314,11 +283,11 @@ def _signature(loaded, path, key, needs):
     return signatures[key]
 
 
-def saved_classifier(path, allow_unsafe=False):
-    """The `serving_default` function of a text-classifier SavedModel."""
+def saved_classifier(loaded, path):
+    """The `serving_default` function of a loaded text-classifier
+    SavedModel (from `path`), checked."""
     import tensorflow as tf
 
-    loaded = load_saved_model(path, allow_unsafe)
     needs = "a text classifier SavedModel (`keras-attn translate` runs a "
     needs += "translator)"
     fn = _signature(loaded, path, "serving_default", needs)
@@ -347,6 +316,8 @@ def load_translator(path, allow_unsafe=False):
         raise ValueError(
             f"No SavedModel translator in {path!r} (no saved_model.pb)."
         )
+    from keras_attn.opener import load_saved_model
+
     loaded = load_saved_model(path, allow_unsafe)
     return _signature(
         loaded,
@@ -362,13 +333,13 @@ def load_translator(path, allow_unsafe=False):
 def served_artifact(value, models_root):
     """`(name, path)` of what `keras-attn serve` serves for `value`: a
     shipped model's name or a folder (the file `artifact_in` picks, as
-    `predict` does), a SavedModel folder, a `.tflite` or a `.keras`
-    file."""
+    `predict` does), a SavedModel folder, a `.tflite`, `.keras` or
+    `.onnx` file."""
     path = named_path(value, models_root)
-    if os.path.isfile(path) and path.endswith((".tflite", ".keras")):
+    if os.path.isfile(path) and path.endswith((".tflite", ".keras", ".onnx")):
         return os.path.splitext(os.path.basename(path))[0], path
     found = artifact_in(path) if os.path.isdir(path) else None
-    if found is not None and not found.endswith(".onnx"):
+    if found is not None:
         folder = os.path.abspath(path)
         name = os.path.basename(folder)
         if name == "saved_model" and found == os.path.normpath(path):
@@ -376,9 +347,8 @@ def served_artifact(value, models_root):
         return name, os.path.abspath(found)
     raise ValueError(
         "Expected a shipped model's name, a folder holding a SavedModel, "
-        "a model.keras or one .tflite, a SavedModel folder, a .tflite or "
-        f"a .keras file (serve does not run .onnx). Received: "
-        f"MODEL={value!r}"
+        "a model.keras or one .tflite or .onnx, a SavedModel folder, or a "
+        f".tflite, .keras or .onnx file. Received: MODEL={value!r}"
     )
 
 

@@ -5,18 +5,17 @@ KServe's `ModelServer` (the `kserve` package, `pip install
 'keras_attn[serve]'`) runs the HTTP server (uvicorn and FastAPI), health,
 Prometheus metrics and KServe's v2 protocol; its V1 predict route is
 TensorFlow Serving's. This module holds one `ServedModel` per model over
-one of three backends: a SavedModel (through the op allowlist), a
-`.tflite` (through `keras_attn_runtime`, without TensorFlow) or a
-`.keras` file, and starts the servers. The request and response rules are
-`keras_attn_cli.tf_serving_api`'s and `keras_attn_cli.open_inference`'s;
-the HTTP routes KServe lacks and the gate are `keras_attn_cli.
-http_routes`'; the gRPC services are `keras_attn_cli.grpc_api`'s.
+the artifact `keras_attn_runtime.opener` opens: a SavedModel (through the op
+allowlist), a `.tflite` or `.onnx` file (through `keras_attn_runtime`,
+without TensorFlow) or a `.keras` file, and starts the servers. The
+request and response rules are `keras_attn_cli.tf_serving_api`'s and
+`keras_attn_cli.open_inference`'s; the HTTP routes KServe lacks and the
+gate are `keras_attn_cli.http_routes`'; the gRPC services are
+`keras_attn_cli.grpc_api`'s.
 """
 
 import asyncio
 import concurrent.futures
-import json
-import os
 import signal
 import time
 
@@ -25,6 +24,7 @@ import numpy as np
 from keras_attn_cli import http_routes
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
+from keras_attn_runtime.opener import ModelError
 
 LIMITS = {
     "max_body_bytes": 1 << 20,
@@ -34,142 +34,22 @@ LIMITS = {
 BATCHING = {"max_batch_size": 32, "batch_wait_ms": 5.0}
 
 
-# --- Backends: one signature table and one `run` per artifact kind. ---
-
-
-class SavedModelBackend:
-    """A SavedModel's signatures, loaded after the op allowlist check."""
-
-    def __init__(self, path, allow_unsafe=False):
-        from keras_attn_cli.models import load_saved_model
-
-        self.path = path
-        self.loaded = load_saved_model(path, allow_unsafe)
-        self.functions = dict(self.loaded.signatures)
-        self.signatures = {}
-        for name, function in self.functions.items():
-            _, inputs = function.structured_input_signature
-            self.signatures[name] = api.Signature(
-                {k: _spec(v) for k, v in inputs.items()},
-                {k: _spec(v) for k, v in function.structured_outputs.items()},
-            )
-
-    def run(self, signature, inputs):
-        import tensorflow as tf
-
-        function = self.functions[signature]
-        try:
-            out = function(**{k: tf.constant(v) for k, v in inputs.items()})
-        except tf.errors.OpError as err:
-            raise ModelError(err.message or str(err)) from None
-        return {k: v.numpy() for k, v in out.items()}
-
-
-def _spec(spec):
-    shape = None if spec.shape.rank is None else spec.shape.as_list()
-    return spec.dtype.name, shape
-
-
-class LiteRTBackend:
-    """A `.tflite` classifier or translator written by keras_attn, run by
-    `keras_attn_runtime` (NumPy and LiteRT; TensorFlow is not imported)."""
-
-    def __init__(self, path, accelerator="cpu"):
-        from keras_attn_runtime import (
-            METADATA_CONFIG,
-            TRANSLATOR,
-            LiteRTClassifier,
-            LiteRTTranslator,
-            load_verified,
-            metadata,
-        )
-
-        self.path = path
-        _, model = load_verified(path)
-        config = json.loads(metadata(model).get(METADATA_CONFIG, b"{}"))
-        text = {"text": ("string", [None])}
-        if config.get("kind") == TRANSLATOR:
-            self.translator = LiteRTTranslator(path, accelerator=accelerator)
-            outputs = {"translation": ("string", [None])}
-            self.signatures = {
-                name: api.Signature(text, outputs)
-                for name in (api.DEFAULT_SIGNATURE, "translate")
-            }
-            return
-        self.translator = None
-        self.classifier = LiteRTClassifier(path, accelerator=accelerator)
-        probe = self.classifier.predict([""])
-        outputs = {
-            k: (str(v.dtype), [None, *v.shape[1:]]) for k, v in probe.items()
-        }
-        self.signatures = {api.DEFAULT_SIGNATURE: api.Signature(text, outputs)}
-
-    def run(self, signature, inputs):
-        texts = [t.decode("utf-8", "replace") for t in inputs["text"]]
-        if self.translator is not None:
-            out = [self.translator.translate(t) for t in texts]
-            return {"translation": np.array(out, dtype=object)}
-        if not texts:
-            return {
-                k: np.zeros([0, *s[1][1:]], s[0])
-                for k, s in self.signatures[signature].outputs.items()
-            }
-        return self.classifier.predict(texts)
-
-
-class KerasBackend:
-    """A `.keras` raw-text model: one string input, a dict of outputs."""
-
-    def __init__(self, path):
-        import keras
-
-        import keras_attn  # noqa: F401  (registers the layers)
-
-        self.path = path
-        self.model = keras.models.load_model(path)
-        (tensor,) = self.model.inputs
-        self.input = tensor.name
-        outputs = self.model.outputs
-        names = getattr(self.model, "output_names", None) or [
-            f"output_{i}" for i in range(len(outputs))
-        ]
-        self.signatures = {
-            api.DEFAULT_SIGNATURE: api.Signature(
-                {self.input: (str(tensor.dtype), list(tensor.shape))},
-                {
-                    n: (str(t.dtype), list(t.shape))
-                    for n, t in zip(names, outputs, strict=True)
-                },
-            )
-        }
-        self.names = names
-
-    def run(self, signature, inputs):
-        import tensorflow as tf
-
-        out = self.model(tf.constant(inputs[self.input]), training=False)
-        if not isinstance(out, dict):
-            out = dict(zip(self.names, [out], strict=True))
-        return {k: np.asarray(v) for k, v in out.items()}
-
-
-class ModelError(RuntimeError):
-    """The model failed on a request (the message says where)."""
+# --- Models: the artifacts `keras_attn_runtime.opener` opens. ---
 
 
 def load_backend(path, allow_unsafe=False, accelerator="cpu"):
-    """The backend for an artifact: a SavedModel folder, `.tflite` or
-    `.keras` file (`accelerator`: where LiteRT runs a `.tflite`)."""
-    if os.path.isdir(path):
-        return SavedModelBackend(path, allow_unsafe)
-    if path.endswith(".tflite"):
-        return LiteRTBackend(path, accelerator)
-    if path.endswith(".keras"):
-        return KerasBackend(path)
-    raise ValueError(
-        "Expected a SavedModel folder, a .tflite or a .keras file. "
-        f"Received: MODEL={path!r}"
+    """The artifact at `path` (`keras_attn_runtime.opener.open`): a SavedModel
+    folder, a `.tflite`, `.keras` or `.onnx` file (`accelerator`: where
+    LiteRT runs a `.tflite`), its signatures as `tf_serving_api`'s."""
+    from keras_attn_runtime import opener
+
+    artifact = opener.open(
+        path, accelerator, allow_unsafe=allow_unsafe, flag="MODEL"
     )
+    artifact.signatures = {
+        name: api.Signature(*io) for name, io in artifact.signatures.items()
+    }
+    return artifact
 
 
 # --- Batching: concurrent requests merged into one model call. ---

@@ -6,6 +6,10 @@ TensorFlow: for phones, single-board computers and NPU hosts.
     clf = LiteRTClassifier("model.tflite")  # vocabulary from the file
     clf.predict(["A wonderful film."])["probability"]
 
+    import keras_attn_runtime
+    model = keras_attn_runtime.open("saved_models/imdb_edge")  # any kind
+    model.run("serving_default", {"text": [b"A wonderful film."]})
+
 Installable on its own (`pip install ./runtime`, the `keras-attn-runtime`
 distribution) and shipped inside `keras_attn` as well.
 """
@@ -28,6 +32,10 @@ from keras_attn_runtime.artifact import (
     verify_model,
 )
 from keras_attn_runtime.classifier import LiteRTClassifier, OnnxClassifier
+
+# `keras_attn_runtime.open(path)`: every model file, one way (not in
+# `__all__`: a star import would hide the builtin `open`).
+from keras_attn_runtime.opener import open  # noqa: A004, E402, F401
 from keras_attn_runtime.text import (
     ASCII_LOWER,
     DETOKENIZERS,

@@ -35,6 +35,15 @@ def artifact_config(kind, **settings):
     return {"format": kind, "version": 1, **settings}
 
 
+def format_of(config):
+    """The artifact kind a `keras_attn.config` object declares (`format`;
+    0.2 translators wrote `"kind": "translator"`), or `None`."""
+    found = config.get("format")
+    if found is None and config.get("kind") == "translator":  # 0.2 files
+        found = TRANSLATOR
+    return found
+
+
 def check_format(config, kind, model_path):
     """Raise a `ValueError` naming the file unless `config` (a dict) is a
     `kind` artifact of a version this runtime reads."""
@@ -50,9 +59,7 @@ def check_format(config, kind, model_path):
             f"format version {version}); this runtime reads versions up to "
             f"{FORMAT_VERSION}: upgrade keras-attn-runtime."
         )
-    found = config.get("format")
-    if found is None and config.get("kind") == "translator":  # 0.2 files
-        found = TRANSLATOR
+    found = format_of(config)
     if found is not None and found != kind:
         raise ValueError(
             f"Expected a {kind} artifact. Received: {model_path!r}, a {found!r}"

@@ -1,0 +1,142 @@
+"""The model files that need TensorFlow and Keras.
+
+`keras_attn_runtime.opener.open(path)` (here as `open`) opens every model
+file: it owns the kinds, the order a folder is read in and the LiteRT and
+ONNX artifacts, and asks this module for the two kinds that need
+TensorFlow: a SavedModel (checked against the op allowlist
+before it loads, `keras_attn.trust`) and a `.keras` raw-text model. Each
+has the artifact's `path`, `kind`, `signatures` and `run`."""
+
+import os
+
+import numpy as np
+
+from keras_attn_runtime import opener
+from keras_attn_runtime.opener import ModelError, find, found, open  # noqa: F401, A004
+
+
+def load_saved_model(path, allow_unsafe=False):
+    """Load a SavedModel after checking its files and its ops."""
+    import tensorflow as tf
+
+    from keras_attn import trust
+
+    if not opener.is_saved_model(path):
+        raise ValueError(f"No saved_model.pb in {path!r}.")
+    if not allow_unsafe:
+        trust.check_saved_model(path)
+    if not os.path.isfile(os.path.join(path, "variables", "variables.index")):
+        raise ValueError(
+            f"Not a complete SavedModel: {path!r} has no "
+            "variables/variables.index"
+        )
+    try:
+        return tf.saved_model.load(path)
+    except Exception as err:
+        first = (str(err).strip() or type(err).__name__).splitlines()[0]
+        raise ValueError(
+            f"Could not load the SavedModel {path!r}: {first}"
+        ) from None
+
+
+def load_keras_model(path):
+    """Load a `.keras` file (or a folder holding `model.keras`) on the
+    TensorFlow backend, which raw-text models need."""
+    import keras
+
+    import keras_attn  # noqa: F401  (registers the layers)
+
+    if os.path.isdir(path):
+        path = os.path.join(path, "model.keras")
+    if not os.path.isfile(path):
+        raise ValueError(f"No such model file. Received: path={path!r}")
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "Raw-text .keras models run on the TensorFlow backend (their "
+            "TextVectorization layer is TensorFlow's): set "
+            "KERAS_BACKEND=tensorflow, or use the model's .tflite or .onnx "
+            f"export. Received: KERAS_BACKEND={keras.backend.backend()} for "
+            f"{path!r}"
+        )
+    try:
+        return keras.models.load_model(path)
+    except Exception as err:
+        raise ValueError(
+            f"Could not load a Keras model from {path!r}: {err}"
+        ) from err
+
+
+def _spec(spec):
+    shape = None if spec.shape.rank is None else spec.shape.as_list()
+    return spec.dtype.name, shape
+
+
+class SavedModelArtifact:
+    """A SavedModel's signatures, loaded after the op allowlist check."""
+
+    kind = "saved_model"
+
+    def __init__(self, path, allow_unsafe=False):
+        self.path = path
+        self.loaded = load_saved_model(path, allow_unsafe)
+        self.functions = dict(self.loaded.signatures)
+        self.signatures = {}
+        for name, function in self.functions.items():
+            _, inputs = function.structured_input_signature
+            self.signatures[name] = (
+                {k: _spec(v) for k, v in inputs.items()},
+                {k: _spec(v) for k, v in function.structured_outputs.items()},
+            )
+
+    def run(self, signature, inputs):
+        import tensorflow as tf
+
+        function = self.functions[signature]
+        try:
+            out = function(**{k: tf.constant(v) for k, v in inputs.items()})
+        except tf.errors.OpError as err:
+            raise ModelError(err.message or str(err)) from None
+        return {k: v.numpy() for k, v in out.items()}
+
+
+class KerasArtifact:
+    """A `.keras` raw-text model: one string input, a dict of outputs."""
+
+    kind = "keras"
+
+    def __init__(self, path):
+        self.path = path
+        self.model = load_keras_model(path)
+        (tensor,) = self.model.inputs
+        self.input = tensor.name
+        outputs = self.model.outputs
+        names = getattr(self.model, "output_names", None) or [
+            f"output_{i}" for i in range(len(outputs))
+        ]
+        self.signatures = {
+            opener.DEFAULT_SIGNATURE: (
+                {self.input: (str(tensor.dtype), list(tensor.shape))},
+                {
+                    n: (str(t.dtype), list(t.shape))
+                    for n, t in zip(names, outputs, strict=True)
+                },
+            )
+        }
+        self.names = names
+
+    def run(self, signature, inputs):
+        import tensorflow as tf
+
+        out = self.model(tf.constant(inputs[self.input]), training=False)
+        if not isinstance(out, dict):
+            out = dict(zip(self.names, [out], strict=True))
+        return {k: np.asarray(v) for k, v in out.items()}
+
+
+def open_tensorflow_kind(kind, path, allow_unsafe=False):
+    """The artifact of a SavedModel folder (its ops checked unless
+    `allow_unsafe`) or a `.keras` file: what `keras_attn_runtime.opener.
+    open` (also `keras_attn.opener.open`) asks of this module."""
+    if kind == "saved_model":
+        return SavedModelArtifact(path, allow_unsafe)
+    return KerasArtifact(path)

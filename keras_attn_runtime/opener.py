@@ -1,0 +1,176 @@
+"""One way to open a model file: `open(path) -> Artifact`.
+
+Every command, the server and the runtime's users find, classify and
+load a model file here. The four kinds, and the order a folder is read
+in (TensorFlow Serving's first):
+
+1. a SavedModel: the folder itself, or its `saved_model/`;
+2. `model.keras`;
+3. its one `.tflite` or `.onnx` file.
+
+An artifact has `path`, `kind` (`"saved_model"`, `"keras"`, `"litert"`,
+`"onnx"`) and `signatures` (`{name: (inputs, outputs)}`, each mapping
+names to `(dtype, shape)`: NumPy dtype names, `"string"` for text, `None`
+for unknown sizes), and runs one with `run(name, inputs) -> {name:
+array}`. This runtime opens the LiteRT and ONNX files (NumPy, LiteRT,
+onnxruntime) itself, and SavedModels and `.keras` files through
+`keras_attn.opener` (TensorFlow and Keras), imported only for them.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from keras_attn_runtime.artifact import (
+    METADATA_CONFIG,
+    TRANSLATOR,
+    format_of,
+    load_verified,
+    metadata,
+)
+
+KINDS = ("saved_model", "keras", "litert", "onnx")
+SUFFIXES = {".keras": "keras", ".tflite": "litert", ".onnx": "onnx"}
+DEFAULT_SIGNATURE = "serving_default"  # TensorFlow Serving's default key
+TEXT = {"text": ("string", [None])}
+
+
+class ModelError(RuntimeError):
+    """The model failed on its inputs (the message says where)."""
+
+
+def is_saved_model(folder):
+    return os.path.isfile(os.path.join(folder, "saved_model.pb"))
+
+
+def find(path):
+    """`(kind, path)` of the model file `path` names: a file by its
+    suffix, a SavedModel folder, or a folder's file in the order above.
+    `None` when there is none (or a folder holds several `.tflite`/
+    `.onnx` files and nothing before them)."""
+    if os.path.isfile(path):
+        kind = SUFFIXES.get(os.path.splitext(path)[1])
+        return None if kind is None else (kind, os.path.normpath(path))
+    if not os.path.isdir(path):
+        return None
+    for candidate in (path, os.path.join(path, "saved_model")):
+        if is_saved_model(candidate):
+            return "saved_model", os.path.normpath(candidate)
+    keras_file = os.path.join(path, "model.keras")
+    if os.path.isfile(keras_file):
+        return "keras", os.path.normpath(keras_file)
+    files = sorted(
+        f for f in os.listdir(path) if f.endswith((".tflite", ".onnx"))
+    )
+    if len(files) == 1:
+        found = os.path.normpath(os.path.join(path, files[0]))
+        return SUFFIXES[os.path.splitext(found)[1]], found
+    return None
+
+
+def found(path, flag="path"):
+    """`find(path)`, or a `ValueError` naming `flag` and `path`."""
+    result = find(path)
+    if result is None:
+        raise ValueError(
+            "Expected a SavedModel folder, a .keras, .tflite or .onnx file, "
+            f"or a folder holding one. Received: {flag}={path!r}"
+        )
+    return result
+
+
+def _outputs_of(probe):
+    """Signature outputs from a one-row run: the batch size unknown."""
+    return {k: (str(v.dtype), [None, *v.shape[1:]]) for k, v in probe.items()}
+
+
+def _texts(inputs):
+    return [t.decode("utf-8", "replace") for t in inputs["text"]]
+
+
+class TextClassifierArtifact:
+    """A text classifier over a runtime classifier (`predict(texts)`):
+    one signature, `text` in."""
+
+    def __init__(self, path, kind, classifier):
+        self.path, self.kind, self.classifier = path, kind, classifier
+        outputs = _outputs_of(classifier.predict([""]))
+        self.signatures = {DEFAULT_SIGNATURE: (TEXT, outputs)}
+
+    def run(self, signature, inputs):
+        texts = _texts(inputs)
+        if not texts:
+            return {
+                k: np.zeros([0, *shape[1:]], dtype)
+                for k, (dtype, shape) in self.signatures[signature][1].items()
+            }
+        return self.classifier.predict(texts)
+
+
+class TranslatorArtifact:
+    """A LiteRT translator: `text` in, `translation` out, under TensorFlow
+    Serving's default key and `translate`."""
+
+    kind = "litert"
+
+    def __init__(self, path, translator):
+        self.path, self.translator = path, translator
+        io = (TEXT, {"translation": ("string", [None])})
+        self.signatures = {DEFAULT_SIGNATURE: io, "translate": io}
+
+    def run(self, signature, inputs):
+        out = [self.translator.translate(t) for t in _texts(inputs)]
+        return {"translation": np.array(out, dtype=object)}
+
+
+def open_litert(path, accelerator="cpu", vocabulary_path=None):
+    """A `.tflite` classifier or translator written by keras_attn."""
+    from keras_attn_runtime.classifier import LiteRTClassifier
+    from keras_attn_runtime.translator import LiteRTTranslator
+
+    _, model = load_verified(path)
+    config = json.loads(metadata(model).get(METADATA_CONFIG, b"{}"))
+    if format_of(config) == TRANSLATOR:
+        return TranslatorArtifact(
+            path, LiteRTTranslator(path, accelerator=accelerator)
+        )
+    classifier = LiteRTClassifier(
+        path, vocabulary_path, accelerator=accelerator
+    )
+    return TextClassifierArtifact(path, "litert", classifier)
+
+
+def open_onnx(path):
+    """A `.onnx` classifier written by keras_attn."""
+    from keras_attn_runtime.classifier import OnnxClassifier
+
+    return TextClassifierArtifact(path, "onnx", OnnxClassifier(path))
+
+
+def open(  # noqa: A001
+    path,
+    accelerator="cpu",
+    vocabulary_path=None,
+    allow_unsafe=False,
+    flag="path",
+):
+    """The artifact at `path` (a file, or a folder read in the order
+    above): a LiteRT file run on `accelerator` (`vocabulary_path` for one
+    without its vocabulary), an ONNX file, or, through `keras_attn.opener`
+    (TensorFlow and Keras, imported only then), a SavedModel (its ops
+    checked unless `allow_unsafe`) or a `.keras` file. A `ValueError`
+    naming `flag` when there is none."""
+    kind, file = found(path, flag)
+    if kind == "litert":
+        return open_litert(file, accelerator, vocabulary_path)
+    if kind == "onnx":
+        return open_onnx(file)
+    try:
+        from keras_attn import opener as with_tensorflow
+    except ImportError:
+        raise ValueError(
+            f"A {kind} artifact needs keras_attn (TensorFlow and Keras): "
+            f"pip install keras-attn. Received: {flag}={path!r}"
+        ) from None
+    return with_tensorflow.open_tensorflow_kind(kind, file, allow_unsafe)

@@ -1,0 +1,133 @@
+"""One way to open a model file (`keras_attn_runtime.opener` and
+`keras_attn.opener`): the order a folder is read in, the kinds, and the
+same artifact for `predict NAME` and `serve NAME`."""
+
+import json
+import os
+import types
+
+import numpy as np
+import pytest
+
+from keras_attn_runtime import opener
+from tests.paths import ROOT
+
+SHIPPED = os.path.join(ROOT, "saved_models")
+
+
+def touch(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb"):
+        pass
+    return path
+
+
+def test_a_folder_is_read_savedmodel_first_then_keras_then_one_file(tmp_path):
+    folder = tmp_path / "m"
+    touch(str(folder / "a.tflite"))
+    assert opener.find(str(folder)) == ("litert", str(folder / "a.tflite"))
+    touch(str(folder / "b.onnx"))
+    assert opener.find(str(folder)) is None  # two files, nothing before
+    touch(str(folder / "model.keras"))
+    assert opener.find(str(folder))[0] == "keras"
+    touch(str(folder / "saved_model" / "saved_model.pb"))
+    assert opener.find(str(folder)) == (
+        "saved_model",
+        str(folder / "saved_model"),
+    )
+    assert opener.find(str(folder / "b.onnx"))[0] == "onnx"
+    assert opener.find(str(folder / "nothing.txt")) is None
+
+
+def test_nothing_to_open_names_the_flag_and_the_value(tmp_path):
+    with pytest.raises(ValueError, match=r"Received: MODEL='.*empty'"):
+        opener.found(str(tmp_path / "empty"), "MODEL")
+
+
+def test_the_runtime_opens_tensorflow_kinds_through_the_library(tmp_path):
+    touch(str(tmp_path / "model.keras"))
+    with pytest.raises(ValueError, match="Could not load a Keras model"):
+        opener.open(str(tmp_path))
+    artifact = opener.open(os.path.join(SHIPPED, "imdb_ssa"))
+    assert artifact.kind == "saved_model"
+    assert artifact.path == os.path.join(SHIPPED, "imdb_ssa", "saved_model")
+
+
+def test_a_litert_translator_opens_as_a_translator():
+    # Failing first: `keras-attn serve` read a translator's `format` as a
+    # classifier's and refused the shipped translator file.
+    from keras_attn_cli.serve import load_backend
+
+    path = os.path.join(SHIPPED, "translation_en_fr", "model.tflite")
+    artifact = load_backend(path)
+    assert artifact.kind == "litert"
+    assert sorted(artifact.signatures) == ["serving_default", "translate"]
+    out = artifact.run("translate", {"text": [b"I am here.", b"Go."]})
+    want = [artifact.translator.translate(t) for t in ("I am here.", "Go.")]
+    assert out["translation"].tolist() == want
+    assert all(want)
+
+
+def tiny_onnx_classifier(path, length=6):
+    """A `.onnx` text classifier: `p = sigmoid(mean(ids) - 2)`."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
+            helper.make_node("ReduceMean", ["f"], ["m"], axes=[1]),
+            helper.make_node("Sub", ["m", "two"], ["z"]),
+            helper.make_node("Sigmoid", ["z"], ["probability"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info(
+                "ids", TensorProto.INT32, [None, length]
+            )
+        ],
+        [
+            helper.make_tensor_value_info(
+                "probability", TensorProto.FLOAT, [None, 1]
+            )
+        ],
+        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)]
+    )
+    for key, value in (
+        ("keras_attn.vocabulary", "\n[UNK]\ngood\nfilm"),
+        (
+            "keras_attn.config",
+            json.dumps(
+                {"format": "keras_attn.text_classifier", "max_length": length}
+            ),
+        ),
+    ):
+        prop = model.metadata_props.add()
+        prop.key, prop.value = key, value
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    return path
+
+
+def test_an_onnx_classifier_is_served_and_predicted_alike(tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from keras_attn_cli import commands
+    from keras_attn_cli.serve import load_backend
+
+    path = tiny_onnx_classifier(str(tmp_path / "m.onnx"))
+    served = load_backend(path)
+    assert served.kind == "onnx"
+    texts = ["good film", "bad", "film film good"]
+    out = served.run("serving_default", {"text": [t.encode() for t in texts]})
+    ids = served.classifier.tokenizer(texts)
+    want = 1 / (1 + np.exp(-(ids.astype("float32").mean(1) - 2)))
+    np.testing.assert_allclose(out["probability"][:, 0], want, rtol=1e-6)
+    args = types.SimpleNamespace(
+        accelerator="cpu", vocabulary=None, allow_unsafe_ops=False
+    )
+    probs, known = commands._scorer(path, args)(texts)
+    np.testing.assert_array_equal(probs, out["probability"][:, 0])
+    assert known == [2, 0, 3]
