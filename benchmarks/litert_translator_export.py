@@ -34,8 +34,8 @@ def export(variant, hp, vectorizers, folder):
     import keras
     import translation
 
-    from keras_attn import seq2seq
     from keras_attn.text import split_sentence
+    from keras_attn.translation import Translator
     from keras_attn_runtime import DETOKENIZERS
 
     vec_en, vec_fr = vectorizers
@@ -54,7 +54,7 @@ def export(variant, hp, vectorizers, folder):
             ),
             filters=lambda x: isinstance(x, layers),
         )
-    translator = seq2seq.Translator(
+    translator = Translator(
         vec_en,
         vec_fr.get_vocabulary(),
         encode,
@@ -87,13 +87,13 @@ def main(argv=None):
     sys.path.insert(0, os.path.join(HERE, "..", "recipes"))
     import translation
 
-    from keras_attn import seq2seq
+    from keras_attn.translation import read_pairs, references, split_by_source
     from keras_attn_runtime import LiteRTTranslator
 
     hp = {**translation.HPARAMS, "target_length": args.steps}
-    pairs = seq2seq.read_pairs(args.pairs or translation.DEFAULT_PAIRS)
-    train, val = seq2seq.split_by_source(pairs, hp["val_fraction"], hp["seed"])
-    sentences = seq2seq.references(val)[0][: args.sentences]
+    pairs = read_pairs(args.pairs or translation.DEFAULT_PAIRS)
+    train, val = split_by_source(pairs, hp["val_fraction"], hp["seed"])
+    sentences = references(val)[0][: args.sentences]
     with tempfile.TemporaryDirectory() as folder:
         vectorizers = translation.make_vectorizers(train, hp)
         for variant in (

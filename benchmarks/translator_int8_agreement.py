@@ -30,6 +30,7 @@ import keras
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
+from keras_attn.translation import read_pairs, references, split_by_source  # noqa: E402, I001
 from recipes import translation  # noqa: E402
 
 QUANTIZED = (
@@ -90,12 +91,12 @@ def main(argv=None):
     p.add_argument("--limit", type=int)
     args = p.parse_args(argv)
     hp = dict(translation.HPARAMS)
-    _, val_pairs = translation.seq2seq.split_by_source(
-        translation.seq2seq.read_pairs(args.pairs),
+    _, val_pairs = split_by_source(
+        read_pairs(args.pairs),
         hp["val_fraction"],
         hp["seed"],
     )
-    sentences, _ = translation.seq2seq.references(val_pairs)
+    sentences, _ = references(val_pairs)
     sentences = sentences[: args.limit]
     vec_en, vec_fr = translation.make_vectorizers(
         [], hp, args.weights + ".vocabularies.json"

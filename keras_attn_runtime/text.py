@@ -384,7 +384,7 @@ def segments(text, stages, longer_than):
     `stages` (a `SEGMENTERS` entry), stage after stage while a piece is
     longer, each piece after the first capitalized. Spaces are made
     single; an input with no words gives `[]`. The same steps as
-    `keras_attn.seq2seq.Translator`'s graph."""
+    `keras_attn.translation.Translator`'s graph."""
     pieces = [_WS_RUN.sub(" ", text).strip(" ")]
     for rules in stages:
         cut = []
@@ -409,7 +409,7 @@ def wordpiece(words, index, unknown_words="digits", max_chars_per_word=100):
     """WordPiece ids of `words` (greedy longest match from each word's
     start, `##` before pieces after the first) and the token of each id
     (an `[UNK]`'s token is its word), as
-    `keras_attn.seq2seq.subwords.WordPieceVectorizer` in the graph.
+    `keras_attn.translation.subwords.WordPieceVectorizer` in the graph.
 
     Args:
         words: a list of words.

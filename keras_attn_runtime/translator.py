@@ -1,4 +1,4 @@
-"""The LiteRT translator written by `keras_attn.seq2seq.Translator`, run
+"""The LiteRT translator written by `keras_attn.translation.Translator`, run
 with LiteRT and NumPy: no Keras, no TensorFlow."""
 
 import re
@@ -33,7 +33,7 @@ from keras_attn_runtime.text import (
 class LiteRTTranslator:
     """Translation with a LiteRT model, NumPy and LiteRT only.
 
-    Reads a file written by `keras_attn.seq2seq.Translator.export_tflite`:
+    Reads a file written by `keras_attn.translation.Translator.export_tflite`:
     one `translate` signature runs the whole search (one call per
     sentence), and the vocabularies and settings travel inside the file as
     metadata. An `[UNK]` in the output is replaced by the source word the
@@ -73,7 +73,7 @@ class LiteRTTranslator:
         if "translate" not in signatures or METADATA_CONFIG not in entries:
             raise ValueError(
                 "Expected a LiteRT translator written by "
-                "keras_attn.seq2seq.Translator.export_tflite (a 'translate' "
+                "keras_attn.translation.Translator.export_tflite (a 'translate' "
                 f"signature and keras_attn.config metadata). Received: "
                 f"{model_path!r} with signatures {sorted(signatures)}"
             )
@@ -219,7 +219,7 @@ class LiteRTTranslator:
         ids, align, words = self.translate_ids(text, truncate)
         # An output [UNK] copies the most attended source word among the
         # source's own unknown words (all of them if it has none), as
-        # `keras_attn.seq2seq.serving.copy_positions`.
+        # `keras_attn.translation.translator.copy_positions`.
         unknown = [self.index.get(w, 1) == 1 for w in words]
         keep = np.array(unknown if any(unknown) else [True] * len(words))
         out = []

@@ -34,12 +34,21 @@ from keras import ops
 from keras_attn import seq2seq
 from keras_attn.export import versions
 from keras_attn.seq2seq import AttentionDecoder
-from keras_attn.seq2seq.subwords import (
+from keras_attn.text import split_sentence
+from keras_attn.training.callbacks import TimeBudget
+from keras_attn.translation import (
+    Translator,
+    read_pairs,
+    references,
+    split_by_source,
+    teacher_forcing_dataset,
+    translation_scores,
+    word_vocabulary,
+)
+from keras_attn.translation.subwords import (
     WordPieceVectorizer,
     wordpiece_vocabulary,
 )
-from keras_attn.text import split_sentence
-from keras_attn.training.callbacks import TimeBudget
 from keras_attn_runtime import DETOKENIZERS
 
 START, END = "[start]", "[end]"
@@ -81,11 +90,11 @@ HPARAMS = {
 """
 ## Prepare the data
 
-A TSV of `English<TAB>French` pairs (Tatoeba). `seq2seq.split_by_source`
+A TSV of `English<TAB>French` pairs (Tatoeba). `split_by_source`
 holds out whole English sentences (never seen in training) with every
 French translation of each as a BLEU reference. `split_sentence` splits
 off punctuation, keeps the apostrophe with the word before it (`l'`
-`homme`) and keeps the case. `seq2seq.word_vocabulary` leaves out words
+`homme`) and keeps the case. `word_vocabulary` leaves out words
 with a digit: numbers (and rare names) become `[UNK]` on both sides, the
 model learns to put an `[UNK]` where the source has one, and the
 translator copies the source word its attention points at (unknown-word
@@ -100,7 +109,7 @@ def make_vectorizers(train, hp, saved=None, fresh=False):
 
     def words(texts, reserved=()):
         n = hp["max_tokens"]
-        return seq2seq.word_vocabulary(texts, n, split_sentence, reserved)
+        return word_vocabulary(texts, n, split_sentence, reserved)
 
     en = keras.layers.TextVectorization(
         standardize=split_sentence,
@@ -118,7 +127,7 @@ def make_vectorizers(train, hp, saved=None, fresh=False):
 """
 Word vocabularies leave every word outside the 10,000 most frequent as
 `[UNK]`: copied from the source, an English word ends up in the French
-("Le chat sleeps"). WordPiece units (`keras_attn.seq2seq.subwords`)
+("Le chat sleeps"). WordPiece units (`keras_attn.translation.subwords`)
 spell a rare word from pieces (`sleep ##s`, `canap ##é`), so the model
 writes French for it. Words with a digit still become `[UNK]` and are
 copied (numbers are never translated). The vocabularies are learned from
@@ -158,7 +167,7 @@ def make_subword_vectorizers(train, hp, saved=None, fresh=False):
 
 def make_dataset(vec_en, vec_fr, pairs, batch_size, seed=None, members=1):
     french = split_sentence(tf.constant([p[1] for p in pairs]))
-    ds = seq2seq.teacher_forcing_dataset(
+    ds = teacher_forcing_dataset(
         vec_en(tf.constant([p[0] for p in pairs])),
         vec_fr(tf.strings.join([START, french, END], " ")),
         batch_size,
@@ -315,7 +324,7 @@ def train(trainer, vec_en, vec_fr, train_pairs, val_pairs, hp, verbose):
 """
 ## Translate and evaluate
 
-`seq2seq.Translator` wraps `encode` and `step_fn` in a `tf.Module` whose
+`Translator` wraps `encode` and `step_fn` in a `tf.Module` whose
 searches run in the graph, so they ship inside the SavedModel: strings in;
 translation, tokens and alignment out. An `[UNK]` in the output becomes the
 source word with the highest attention weight. Before that, with
@@ -331,7 +340,7 @@ to the `[UNK]` logit while the source holds an unknown word (1.5, chosen
 on ten hand-written sentences with numbers, none from the data: it turns
 "J'ai les chats et deux chiens." into "J'ai 3 chats et 12 chiens.").
 
-`seq2seq.translation_scores` gives the headline, cased corpus BLEU
+`translation_scores` gives the headline, cased corpus BLEU
 (sacrebleu, 13a) against every reference of each validation sentence, with
 lowercased BLEU and exact matches.
 """
@@ -361,13 +370,13 @@ def favour_copies(encode, step_fn, unknown_id, bonus):
 
 
 def make_translator(trainer, encode, step_fn, vec_en, vec_fr, hp):
-    """The `seq2seq.Translator` of the model, copying numbers
+    """The `Translator` of the model, copying numbers
     (`favour_copies`), with the search and cutting settings of `hp`."""
     vocabulary = vec_fr.get_vocabulary()
     encode, step_fn = favour_copies(
         encode, step_fn, vocabulary.index("[UNK]"), hp["copy_bonus"]
     )
-    return seq2seq.Translator(
+    return Translator(
         vec_en,
         vocabulary,
         encode,
@@ -388,9 +397,9 @@ def make_translator(trainer, encode, step_fn, vec_en, vec_fr, hp):
 
 def evaluate(translator, pairs, greedy=False):
     """Scores on `pairs` and the (English, translation) list."""
-    sentences, refs = seq2seq.references(pairs)
+    sentences, refs = references(pairs)
     hyps = translator.translate_texts(sentences, greedy)
-    scores = seq2seq.translation_scores(hyps, refs)
+    scores = translation_scores(hyps, refs)
     return scores, list(zip(sentences, hyps, strict=True))
 
 
@@ -424,8 +433,8 @@ def main(
     keras.utils.set_random_seed(hp["seed"])
     if not os.path.isfile(pairs):
         raise FileNotFoundError(f"No file {pairs!r}: pass --pairs FILE")
-    train_pairs, val_pairs = seq2seq.split_by_source(
-        seq2seq.read_pairs(pairs, limit), hp["val_fraction"], hp["seed"]
+    train_pairs, val_pairs = split_by_source(
+        read_pairs(pairs, limit), hp["val_fraction"], hp["seed"]
     )
     # Subword vocabularies travel with the weights (read back with them).
     saved = weights + ".vocabularies.json" if weights else None

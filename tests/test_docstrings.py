@@ -21,7 +21,7 @@ MODULES = [
     "keras_attn.seq2seq.monotonic",
     "keras_attn.seq2seq.samplers.greedy",
     "keras_attn.seq2seq.scheduled",
-    "keras_attn.seq2seq.evaluation",
+    "keras_attn.translation.evaluation",
 ]
 
 

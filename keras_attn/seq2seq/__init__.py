@@ -4,14 +4,14 @@ Backend-agnostic (`keras.ops`): `AttentionDecoder`, `SequenceLoss`,
 `greedy_search`, `sample_search`, `beam_search`, `contrastive_search`,
 `multilabel_search` (functions over the serializable strategies of
 `keras_attn.seq2seq.samplers`, one loop) and `ensemble` (several models
-decoding as one). TensorFlow-only serving
-(`Translator`, with SavedModel and LiteRT export) lives in
-`keras_attn.seq2seq.serving`, scoring (`translation_scores`, BLEU and
-exact match) in `keras_attn.seq2seq.evaluation`, parallel text
-(`read_pairs`, `split_by_source`, `references`, `word_vocabulary`,
-`teacher_forcing_dataset`) in `keras_attn.seq2seq.data`; they are imported
-from here on first use.
+decoding as one). The TensorFlow application around it (`Translator`,
+`translation_scores`, parallel text, WordPiece subwords) is
+`keras_attn.translation`; its names are still reached from here (with a
+`DeprecationWarning`), and imported on first use.
 """
+
+import importlib
+import warnings
 
 from keras_attn.seq2seq import samplers
 from keras_attn.seq2seq.attention_decoder import AttentionDecoder
@@ -50,23 +50,34 @@ __all__ = [
 ]
 
 
+# Names that moved to `keras_attn.translation` (TensorFlow only).
+MOVED = {
+    "Translator",
+    "translation_scores",
+    "teacher_forcing_dataset",
+    "read_pairs",
+    "split_by_source",
+    "references",
+    "word_vocabulary",
+    "serving",
+    "data",
+    "evaluation",
+    "segmenting",
+    "subwords",
+}
+
+
 def __getattr__(name):
-    if name == "Translator":
-        from keras_attn.seq2seq import serving
-
-        return getattr(serving, name)
-    if name == "translation_scores":
-        from keras_attn.seq2seq import evaluation
-
-        return getattr(evaluation, name)
-    if name in (
-        "teacher_forcing_dataset",
-        "read_pairs",
-        "split_by_source",
-        "references",
-        "word_vocabulary",
-    ):
-        from keras_attn.seq2seq import data
-
-        return getattr(data, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    new = "keras_attn.translation"
+    warnings.warn(
+        f"keras_attn.seq2seq.{name} moved to {new}: import it from there.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    if name == "serving":
+        return importlib.import_module(f"{new}.translator")
+    if name in ("data", "evaluation", "segmenting", "subwords"):
+        return importlib.import_module(f"{new}.{name}")
+    return getattr(importlib.import_module(new), name)

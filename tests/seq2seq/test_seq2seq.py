@@ -1,4 +1,4 @@
-"""`keras_attn.seq2seq.Translator`: a tiny encoder-decoder served three
+"""`keras_attn.translation.Translator`: a tiny encoder-decoder served three
 ways (in-graph search, the SavedModel, the LiteRT file with the whole
 greedy loop) gives one answer; unknown words are copied from the source;
 empty and over-long inputs are handled. TensorFlow only (serving)."""
@@ -11,8 +11,9 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from keras_attn.seq2seq import AttentionDecoder, Translator
+from keras_attn.seq2seq import AttentionDecoder
 from keras_attn.text import split_sentence
+from keras_attn.translation import Translator
 from keras_attn_runtime import LiteRTTranslator
 
 SOURCE = ["", "[UNK]", "a", "b", "c", "d", "."]
@@ -429,10 +430,10 @@ def test_segmenter_translates_the_pieces_one_by_one():
 
 
 def test_graph_pieces_are_the_runtime_pieces():
-    """`Translator`'s in-graph cutting (`seq2seq.segmenting.cut`, RE2)
+    """`Translator`'s in-graph cutting (`translation.segmenting.cut`, RE2)
     and the runtime's (`keras_attn_runtime.segments`, Python `re`) give
     the same pieces."""
-    from keras_attn.seq2seq import segmenting
+    from keras_attn.translation import segmenting
     from keras_attn_runtime import SEGMENTERS, segments
 
     texts = [

@@ -6,7 +6,7 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
-from keras_attn.seq2seq import translation_scores
+from keras_attn.translation import translation_scores
 
 
 def test_bleu_counts_every_reference_and_equals_sacrebleu():
@@ -56,8 +56,8 @@ def test_bad_input_names_the_argument(hyps, refs, match):
 def test_translate_texts_equals_the_signatures_in_batches():
     from test_seq2seq import copying_translator, tiny_model, vectorizer
 
-    from keras_attn.seq2seq import Translator
     from keras_attn.text import split_sentence
+    from keras_attn.translation import Translator
 
     model, encode, step_fn = tiny_model()
     translator = Translator(
@@ -83,7 +83,7 @@ def test_translate_texts_equals_the_signatures_in_batches():
 def test_teacher_forcing_dataset_shifts_trims_and_keeps_every_sentence():
     import numpy as np
 
-    from keras_attn.seq2seq import teacher_forcing_dataset
+    from keras_attn.translation import teacher_forcing_dataset
 
     rng = np.random.default_rng(0)
     n, s, t = 40, 7, 9
@@ -124,7 +124,7 @@ def test_teacher_forcing_dataset_shifts_trims_and_keeps_every_sentence():
     ],
 )
 def test_teacher_forcing_dataset_bad_input(args, match):
-    from keras_attn.seq2seq import teacher_forcing_dataset
+    from keras_attn.translation import teacher_forcing_dataset
 
     with pytest.raises(ValueError, match=match):
         teacher_forcing_dataset(*args)
@@ -142,7 +142,7 @@ PAIRS = [
 
 
 def test_read_pairs_skips_incomplete_lines_and_keeps_the_limit(tmp_path):
-    from keras_attn.seq2seq import read_pairs
+    from keras_attn.translation import read_pairs
 
     path = tmp_path / "pairs.tsv"
     path.write_text(
@@ -155,7 +155,7 @@ def test_read_pairs_skips_incomplete_lines_and_keeps_the_limit(tmp_path):
 
 
 def test_split_by_source_holds_out_whole_sentences():
-    from keras_attn.seq2seq import split_by_source
+    from keras_attn.translation import split_by_source
 
     train, val = split_by_source(PAIRS, 0.5, 0)
     assert not {p[0] for p in train} & {p[0] for p in val}
@@ -167,7 +167,7 @@ def test_split_by_source_holds_out_whole_sentences():
 
 
 def test_references_groups_every_translation_of_a_source():
-    from keras_attn.seq2seq import references
+    from keras_attn.translation import references
 
     sources, refs = references(PAIRS)
     assert sources == ["Go.", "Hi.", "Run!", "Stop!", "Wait."]
@@ -176,8 +176,8 @@ def test_references_groups_every_translation_of_a_source():
 
 
 def test_word_vocabulary_leaves_out_numbers_and_puts_reserved_first():
-    from keras_attn.seq2seq import word_vocabulary
     from keras_attn.text import split_sentence
+    from keras_attn.translation import word_vocabulary
 
     texts = ["I have 3 cats.", "I have 12 dogs, 3 cats.", "Cats!"]
     vocab = word_vocabulary(texts, 8, split_sentence, ("[start]", "[end]"))
@@ -187,3 +187,15 @@ def test_word_vocabulary_leaves_out_numbers_and_puts_reserved_first():
     assert vocab[2:4] == ["I", "have"]  # the most frequent first
     everything = word_vocabulary(texts, 100, split_sentence, exclude="^$")
     assert "12" in everything and "3" in everything
+
+
+def test_names_moved_to_translation_resolve_from_seq2seq_with_a_warning():
+    import keras_attn.translation as translation
+    from keras_attn import seq2seq
+
+    with pytest.warns(DeprecationWarning, match="keras_attn.translation"):
+        assert seq2seq.Translator is translation.Translator
+    with pytest.warns(DeprecationWarning):
+        assert seq2seq.subwords is translation.subwords
+    with pytest.raises(AttributeError, match="no_such_name"):
+        seq2seq.no_such_name  # noqa: B018

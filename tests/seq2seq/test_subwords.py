@@ -1,4 +1,4 @@
-"""WordPiece subwords: the graph vectorizer (`keras_attn.seq2seq.subwords`),
+"""WordPiece subwords: the graph vectorizer (`keras_attn.translation.subwords`),
 the NumPy reader of the edge runtime (`keras_attn_runtime.text.wordpiece`)
 and Hugging Face's `tokenizers` give the same ids; a subword translator
 serves the same translation from its SavedModel and its LiteRT file, with
@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_attn.seq2seq import AttentionDecoder, Translator
-from keras_attn.seq2seq.subwords import (
+from keras_attn.seq2seq import AttentionDecoder
+from keras_attn.text import split_sentence
+from keras_attn.translation import Translator
+from keras_attn.translation.subwords import (
     WordPieceVectorizer,
     wordpiece_vocabulary,
 )
-from keras_attn.text import split_sentence
 from keras_attn_runtime import DETOKENIZERS, LiteRTTranslator
 from keras_attn_runtime.text import split_sentence as np_split
 from keras_attn_runtime.text import wordpiece
@@ -248,9 +249,9 @@ def test_same_ids_on_every_validation_sentence_and_reference():
     it); every English validation sentence and every French reference (the
     strings hypotheses look like) gets the same ids in the graph, in NumPy
     and from `tokenizers`."""
-    from keras_attn import seq2seq
+    from keras_attn.translation import read_pairs, split_by_source
 
-    train, val = seq2seq.split_by_source(seq2seq.read_pairs(PAIRS), 0.1, 1337)
+    train, val = split_by_source(read_pairs(PAIRS), 0.1, 1337)
     texts = sorted({t for pair in val for t in pair})
     assert len(texts) > 6000
     vocab = wordpiece_vocabulary(

@@ -15,7 +15,9 @@ import shutil
 
 import tensorflow as tf
 
-from keras_attn.seq2seq import litert_file, samplers, segmenting
+from keras_attn.export import translator_file
+from keras_attn.seq2seq import samplers
+from keras_attn.translation import search_methods, segmenting
 from keras_attn_runtime import DETOKENIZERS
 
 # Joining French output tokens (the runtime's named rules).
@@ -83,7 +85,7 @@ class Translator(tf.Module):
     `translation`, `target_tokens`, `source_tokens`, `attention`
     `(B, target, source)` and `source_truncated` (the input had more words
     than the model reads); with a `segmenter`, also `pieces` and
-    `source_length` (`seq2seq.segmenting.join` says what each becomes).
+    `source_length` (`translation.segmenting.join` says what each becomes).
     """
 
     def __init__(
@@ -124,7 +126,7 @@ class Translator(tf.Module):
                 f"{sorted(samplers.NAMES)} or a config dict. "
                 f"Received: sampler={sampler!r}"
             ) from None
-        self.sampler = litert_file.token_sampler(sampler, "sampler")
+        self.sampler = search_methods.token_sampler(sampler, "sampler")
         segmenting.check(segmenter, segment_longer_than)
         self.segmenter = segmenter
         self.segment_longer_than = segment_longer_than
@@ -457,11 +459,13 @@ class Translator(tf.Module):
                     f"Expected {name} to be True or False. "
                     f"Received: {name}={value!r}"
                 )
-        sampler = litert_file.litert_sampler(self, search_method)
+        sampler = search_methods.litert_sampler(self, search_method)
         translate = self._litert_function(
             sampler, pad_source, unroll_first_step
         )
-        metadata = litert_file.litert_metadata(self, sampler)
+        metadata = translator_file.litert_metadata(
+            self, search_methods.sampler_name(sampler)
+        )
         return export_signatures_tflite(
             {"translate": translate}, path, overwrite, metadata, quantize
         )

@@ -1,0 +1,38 @@
+"""Translation on TensorFlow: the `Translator` application around a
+`keras_attn.seq2seq` model, and its text pipeline.
+
+`Translator` (text in, text out, in one graph; SavedModel and LiteRT
+export), `translation_scores` (BLEU and exact match), parallel text
+(`read_pairs`, `split_by_source`, `references`, `word_vocabulary`,
+`teacher_forcing_dataset`) and WordPiece subwords (`wordpiece_vocabulary`,
+`WordPieceVectorizer`). The modelling it serves (decoder, samplers,
+losses) is `keras_attn.seq2seq`'s and backend-agnostic; the LiteRT file's
+format is `keras_attn.export.translator_file`'s (written) and
+`keras_attn_runtime.translator`'s (read).
+"""
+
+from keras_attn.translation.data import (
+    read_pairs,
+    references,
+    split_by_source,
+    teacher_forcing_dataset,
+    word_vocabulary,
+)
+from keras_attn.translation.evaluation import translation_scores
+from keras_attn.translation.subwords import (
+    WordPieceVectorizer,
+    wordpiece_vocabulary,
+)
+from keras_attn.translation.translator import Translator
+
+__all__ = [
+    "Translator",
+    "WordPieceVectorizer",
+    "read_pairs",
+    "references",
+    "split_by_source",
+    "teacher_forcing_dataset",
+    "translation_scores",
+    "word_vocabulary",
+    "wordpiece_vocabulary",
+]
