@@ -85,7 +85,8 @@ def edge_problems(path_or_bytes, target):
 def check_edge_targets(path_or_bytes, targets):
     """Raise `ValueError` naming each op that one of `targets` cannot
     run."""
-    found = {t: edge_problems(path_or_bytes, t) for t in targets}
+    model = read_model(path_or_bytes)  # read once for every target
+    found = {t: edge_problems(model, t) for t in targets}
     found = {t: p for t, p in found.items() if p}
     if found:
         listed = "; ".join(f"{t}: {', '.join(p)}" for t, p in found.items())

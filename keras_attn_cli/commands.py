@@ -213,9 +213,15 @@ def _explain(args):
         )
     path = resolve_model(args.model, "model", "keras", args)
     if path.endswith(".tflite"):  # the edge file's own attention
-        from keras_attn_runtime import LiteRTClassifier
+        from keras_attn_runtime import opener
 
-        model = LiteRTClassifier(path, accelerator=args.accelerator)
+        artifact = opener.open(path, args.accelerator, flag="model")
+        model = getattr(artifact, "classifier", None)
+        if model is None:
+            raise ValueError(
+                "Expected a LiteRT text classifier with an attention output. "
+                f"Received: model={path!r}, a translator"
+            )
         known = int((np.asarray(model.tokenizer([text])[0]) > 1).sum())
     else:
         model = load_classifier(path)

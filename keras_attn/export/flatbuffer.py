@@ -14,6 +14,11 @@ def litert_schema():
 
 
 def read_model(path_or_bytes):
+    """The object form of a LiteRT file (a path or its bytes); a model
+    object already read is returned as it is, so that one reading serves
+    every question asked of a file."""
+    if hasattr(path_or_bytes, "subgraphs"):
+        return path_or_bytes
     schema, utils = litert_schema()
     if isinstance(path_or_bytes, (bytes, bytearray)):
         data = bytearray(path_or_bytes)

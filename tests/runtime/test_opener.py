@@ -131,3 +131,17 @@ def test_an_onnx_classifier_is_served_and_predicted_alike(tmp_path):
     probs, known = commands._scorer(path, args)(texts)
     np.testing.assert_array_equal(probs, out["probability"][:, 0])
     assert known == [2, 0, 3]
+
+
+def test_one_reading_of_a_litert_file_answers_every_edge_question():
+    from keras_attn import edge_targets
+    from keras_attn.export.flatbuffer import read_model
+
+    path = os.path.join(SHIPPED, "imdb_micro", "model_int8.tflite")
+    model = read_model(path)
+    assert read_model(model) is model
+    for target in edge_targets.TARGETS:
+        assert edge_targets.edge_problems(model, target) == (
+            edge_targets.edge_problems(path, target)
+        )
+    assert edge_targets.output_names(model) == edge_targets.output_names(path)
