@@ -3,6 +3,11 @@
 from keras_attn.layers.additive_attention import AdditiveAttention
 from keras_attn.layers.alibi_bias import AlibiBias
 from keras_attn.layers.attention import Attention
+from keras_attn.layers.cache_policies import (
+    Int8Cache,
+    SinkCache,
+    SlidingWindowCache,
+)
 from keras_attn.layers.learned_position_embedding import (
     LearnedPositionEmbedding,
 )
@@ -19,9 +24,12 @@ __all__ = [
     "AdditiveAttention",
     "AlibiBias",
     "Attention",
+    "Int8Cache",
     "LearnedPositionEmbedding",
     "MultiHeadPositional",
     "RotaryEmbedding",
+    "SinkCache",
     "SinusoidalPositionEncoding",
+    "SlidingWindowCache",
     "StructuredSelfAttention",
 ]

@@ -7,6 +7,7 @@ import typing
 import keras
 from keras import ops
 
+from keras_attn.layers import cache_policies
 from keras_attn.layers.alibi_bias import AlibiBias
 from keras_attn.layers.learned_position_embedding import (
     LearnedPositionEmbedding,
@@ -124,6 +125,16 @@ ARGUMENTS = (
         "`None` (the query's width).",
     ),
     Argument("output_shape", None, keras=True),
+    Argument(
+        "cache_policy",
+        None,
+        "what a decoding cache keeps: `SlidingWindowCache`, `SinkCache` or "
+        "`Int8Cache` (`keras_attn.layers.cache_policies`). Defaults to "
+        "`None` (every position, as a float `(B, 2, T, H_kv, key_dim)` "
+        "tensor).",
+        convert=cache_policies.get,
+        serialize=cache_policies.serialize,
+    ),
     Argument("attention_axes", None, keras=True),
     Argument("sliding_window", None, keras=True),
 )
@@ -242,6 +253,13 @@ def check_arguments(given):
             )
     positive_int("max_length", given["max_length"], position != "learned")
     check_rate("dropout", given["dropout"])
+    policy = cache_policies.get(given["cache_policy"])
+    window = given["sliding_window"]
+    if policy is not None and window and policy.window != window:
+        raise ValueError(
+            "A cache policy's window is the layer's sliding window. "
+            f"Received: sliding_window={window}, cache_policy={policy!r}"
+        )
     output_shape_argument(given["output_shape"], given["output_dim"])
     axes = axes_argument(given["attention_axes"])
     if position is not None and axes and len(axes) > 1:
@@ -346,7 +364,12 @@ def output_spec(layer, query, value, key, return_attention_scores, kwargs):
     )
     set_output_mask(out, kwargs.get("query_mask"))
     result, cache = [out], kwargs.get("cache")
-    if cache is not None:
+    if cache is not None and layer.cache_policy is not None:
+        spec = keras.tree.map_structure(
+            lambda c: keras.KerasTensor(c.shape, c.dtype), cache
+        )
+        result.append(spec)
+    elif cache is not None:
         result.append(keras.KerasTensor(cache.shape, layer.compute_dtype))
     if return_attention_scores:
         rank = len(query.shape)
@@ -356,6 +379,10 @@ def output_spec(layer, query, value, key, return_attention_scores, kwargs):
         ]
         free = [a for a in range(1, rank - 1) if a not in axes]
         keys = [value.shape[i] for i in axes] if cache is None else None
+        if layer.cache_policy is not None and cache is not None:
+            n, steps = cache[0].shape[2], query.shape[1]
+            ring = layer.cache_policy.window is not None
+            keys = [None if ring and steps is None else n + ring * (steps or 0)]
         shape = (
             query.shape[0],
             *(query.shape[i] for i in free),
@@ -382,6 +409,7 @@ class Step(typing.NamedTuple):
     start: object  # position of the query's first step
     three_d: bool  # (B, T, D) inputs
     cached: bool  # a cache was given
+    key_positions: object = None  # (B, T) through a cache policy
 
 
 def resolve_inputs(
@@ -419,7 +447,7 @@ def resolve_inputs(
         )
     if start is None:
         start = 0 if index is None else index
-    return Step(
+    step = Step(
         query,
         value,
         key,
@@ -432,6 +460,9 @@ def resolve_inputs(
         three_d,
         cache is not None,
     )
+    if layer.cache_policy is not None and index is not None:
+        check_policy_inputs(step)
+    return step
 
 
 def new_steps_mask(step):
@@ -454,3 +485,41 @@ def one_length(step):
     return step.three_d and (
         step.self_attention or query.shape[1] == key.shape[1] is not None
     )
+
+
+def check_policy_inputs(step):
+    """A cache policy masks by positions: self-attention only, the new
+    steps' padding given as the query mask."""
+    given = {
+        "value": None if step.self_attention else "a tensor",
+        "value_mask": step.value_mask,
+        "key_mask": step.key_mask,
+        "attention_mask": step.attention_mask,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if given:
+        shown = ", ".join(
+            f"{k}={getattr(v, 'shape', v)}" for k, v in given.items()
+        )
+        raise ValueError(
+            "A cache policy decodes self-attention and masks by positions: "
+            "give the new steps' padding as query_mask (or the layer's "
+            f"Keras mask) and nothing else. Received: {shown}"
+        )
+
+
+def check_cacheable(layer):
+    """A key/value cache stacks keys and values: heads of one width."""
+    if layer.value_dim != layer.key_dim:
+        raise ValueError(
+            "A key/value cache needs value heads as wide as key heads. "
+            f"Received: key_dim={layer.key_dim}, value_dim={layer.value_dim}"
+        )
+
+
+def output_shape(query_shape, value_shape, key_shape, tail):
+    """`compute_output_shape`: the query's shape with `tail` (the output
+    shape asked, else the query's features) for its features."""
+    if value_shape is not None and key_shape is not None:
+        check_key_value(value_shape, key_shape)
+    return (*query_shape[:-1], *(tail or (query_shape[-1],)))

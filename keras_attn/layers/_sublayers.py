@@ -92,3 +92,16 @@ def two_dense(width, hidden, activation, name, common):
     first.build((None, width))
     second.build((None, hidden))
     return first, second
+
+
+def apply_g(mode, first, second, context):
+    """`MultiHeadPositional`'s `g` (`first`, then `second`) on the heads'
+    outputs `(..., H, Dv)`: per head (`"per_head"`), or on their
+    concatenation (`"concat"`); `mode=None`: `context` as it is."""
+    if mode is None:
+        return context
+    if mode == "per_head":
+        return second(first(context))
+    heads = keras.ops.shape(context)
+    flat = keras.ops.reshape(context, (*heads[:-2], -1))  # (..., H*Dv)
+    return keras.ops.reshape(second(first(flat)), heads)

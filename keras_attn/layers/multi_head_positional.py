@@ -6,12 +6,11 @@ import math
 import keras
 from keras import layers, ops
 
-from keras_attn.layers import _legacy, _sublayers
+from keras_attn.layers import _legacy, _sublayers, cache_policies
 from keras_attn.layers import _multi_head_arguments as arguments
 from keras_attn.ops import heads, masking
 from keras_attn.validation import (
     check_attention_masks,
-    check_key_value,
     set_output_mask,
 )
 
@@ -95,6 +94,8 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             cache's `T` keys: `attention_mask` `(B, Tq, T)`, `value_mask`
             `(B, T)`, and `use_causal_mask` for causality within a chunk,
             so a prompt run through the cache equals the full pass.
+            With a `cache_policy`, the policy's state (`empty_cache`),
+            masked by positions: the new steps' padding is `query_mask`.
         cache_update_index: position of `query`'s first step in the cache.
         start_index: position of `query`'s first step for its encoding,
             with a cache. Defaults to `cache_update_index`, else 0.
@@ -185,9 +186,9 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         """`g`'s two `Dense` layers (`None` without a feed-forward)."""
         if self.feed_forward is None:
             return
-        width = self.value_dim
-        if self.feed_forward == "concat":
-            width *= self.num_heads
+        width = self.value_dim * (
+            self.num_heads if self.feed_forward == "concat" else 1
+        )
         hidden = self.feed_forward_dim or 2 * width
 
         def common():  # fresh initializer copies for each Dense
@@ -265,7 +266,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             step, k, length, offset, use_causal_mask
         )
         extra = {"use_causal_mask": True} if lean else {}
-        bias = self._total_bias(q, step.start, length, attention_bias)
+        bias = self._total_bias(q, step, length, attention_bias)
         if bias is not None:
             extra["attention_bias"] = bias
         context, scores = self._compute_attention(
@@ -314,16 +315,21 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         if cache is None:
             k, v = self._project_keys(value, key)
             return k, v, None, ops.shape(key)[1], None, step
-        self._check_cacheable()
+        arguments.check_cacheable(self)
+        if self.cache_policy is not None and index is not None:
+            k_new, v_new = self._project_keys(value, key, step.start)
+            k, v, at, cache = self.cache_policy.write(
+                cache, k_new, v_new, index, step.query_mask, k_new.dtype
+            )
+            step = step._replace(key_positions=at)  # (B, T); -1: none
+            return k, v, cache, ops.shape(k)[1], index, step
         cache = ops.cast(cache, self.compute_dtype)
         length = ops.shape(cache)[2]
         step = step._replace(key_mask=None)
         if index is None:  # cross-attention over a precomputed memory
             return cache[:, 0], cache[:, 1], cache, length, None, step
         k_new, v_new = self._project_keys(value, key, step.start)
-        at = (0, index, 0, 0)
-        k = ops.slice_update(cache[:, 0], at, k_new)  # (B, T, H, K)
-        v = ops.slice_update(cache[:, 1], at, v_new)
+        k, v, cache = cache_policies.FULL.write(cache, k_new, v_new, index)
         if step.self_attention and step.value_mask is None:
             if step.query_mask is not None:  # keys written so far: valid
                 step = step._replace(
@@ -331,7 +337,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
                         step.query_mask, length, index
                     )
                 )
-        return k, v, ops.stack([k, v], axis=1), length, index, step
+        return k, v, cache, length, index, step
 
     def _merged_mask(self, step, k, length, offset, use_causal_mask):
         """Step 3: `(mask, rows, lean)`: every mask merged for
@@ -342,6 +348,18 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         (the memory of long sequences on GPUs)."""
         query, masks = step.query, (step.query_mask, step.value_mask)
         attention_mask = step.attention_mask
+        if step.key_positions is not None:  # through a cache policy
+            steps = ops.arange(ops.shape(query)[1]) + offset
+            allowed = self.cache_policy.allowed(steps, step.key_positions)
+            mask = masking.full_mask(
+                ops.shape(query)[1],
+                length,
+                step.query_mask,
+                None,
+                None,
+                allowed,
+            )
+            return mask, masking.rows_with_a_key(mask, 2, (1,)), False
         if step.three_d and step.cached:  # checked against the cache
             check_attention_masks(
                 query, k, *masks, attention_mask, self.num_heads
@@ -374,16 +392,10 @@ class MultiHeadPositional(layers.MultiHeadAttention):
                 use_causal_mask=use_causal_mask,
             )
         else:
+            masks = (*masks, step.key_mask, attention_mask, use_causal_mask)
+            steps = ops.shape(query)[1]
             mask = masking.full_mask(
-                ops.shape(query)[1],
-                length,
-                step.query_mask,
-                step.value_mask,
-                step.key_mask,
-                attention_mask,
-                use_causal_mask,
-                self._window,
-                offset,
+                steps, length, *masks, self._window, offset
             )
         rank = len(query.shape) - 1
         rows = masking.rows_with_a_key(mask, rank, self.attention_axes)
@@ -413,13 +425,17 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             return None
         return kind.bias(self.num_heads, query_positions, key_positions)
 
-    def _total_bias(self, q, start, length, attention_bias):
+    def _total_bias(self, q, step, length, attention_bias):
         """`attention_bias` plus `score_bias`'s for queries `q`
-        `(B, Tq, H, K)` from position `start` over `length` keys."""
+        `(B, Tq, H, K)` from position `step.start` over `length` keys at
+        positions `0...`, or a cache policy's (any row's)."""
         if len(q.shape) != 4:
             return attention_bias
-        queries = ops.arange(ops.shape(q)[1]) + start
-        own = self.score_bias(queries, ops.arange(length))
+        queries = ops.arange(ops.shape(q)[1]) + step.start
+        keys = ops.arange(length)
+        if step.key_positions is not None:
+            keys = ops.max(step.key_positions, axis=0)
+        own = self.score_bias(queries, keys)
         if own is None or attention_bias is None:
             return own if attention_bias is None else attention_bias
         return ops.add(attention_bias, own)
@@ -433,18 +449,11 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         v = self.value_dense(self._add_positions(value, "value", start))
         return self._rotate(k, start), v
 
-    def _check_cacheable(self):
-        if self.value_dim != self.key_dim:
-            raise ValueError(
-                "A key/value cache needs value heads as wide as key heads. "
-                f"Received: key_dim={self.key_dim}, value_dim={self.value_dim}"
-            )
-
     def compute_cache(self, value, key=None):
         """Projected keys and values of `value` `(B, Tv, D)` (positions
         `0..Tv-1`), `(B, 2, Tv, H_kv, key_dim)`: a cross-attention memory,
         computed once and passed as `cache` (no index) at each step."""
-        self._check_cacheable()
+        arguments.check_cacheable(self)
         key = value if key is None else key
         dtype = self.compute_dtype
         k, v = self._project_keys(ops.cast(value, dtype), ops.cast(key, dtype))
@@ -452,11 +461,12 @@ class MultiHeadPositional(layers.MultiHeadAttention):
 
     def empty_cache(self, batch_size, length):
         """An all-zero self-attention cache `(B, 2, length, H_kv,
-        key_dim)`."""
-        self._check_cacheable()
-        heads = self.num_key_value_heads
-        shape = (batch_size, 2, length, heads, self.key_dim)
-        return ops.zeros(shape, self.compute_dtype)
+        key_dim)`, or the cache policy's empty state for sequences of
+        `length` positions."""
+        arguments.check_cacheable(self)
+        policy = self.cache_policy or cache_policies.FULL
+        heads, dim = self.num_key_value_heads, self.key_dim
+        return policy.empty(batch_size, length, heads, dim, self.compute_dtype)
 
     # -- Attention. --------------------------------------------------------
 
@@ -519,7 +529,10 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             dropped = self._dropout_layer(scores, training=training)
             context = ops.einsum(self._combine_equation, dropped, value)
         context = masking.zero_empty_heads(context, attention_mask)
-        return self._g(context), scores if return_attention_scores else None
+        context = _sublayers.apply_g(
+            self.feed_forward, self._ff_1, self._ff_2, context
+        )
+        return context, scores if return_attention_scores else None
 
     def _masked_softmax(self, attention_scores, attention_mask=None):
         """Keras's masked softmax, except that masked keys get exactly zero
@@ -530,26 +543,13 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             attention_scores, attention_mask, len(self.attention_axes)
         )
 
-    def _g(self, context):
-        """`g` on the heads' outputs `(..., H, Dv)`: per head, or on their
-        concatenation."""
-        if self.feed_forward is None:
-            return context
-        if self.feed_forward == "per_head":
-            return self._ff_2(self._ff_1(context))
-        heads = ops.shape(context)
-        flat = ops.reshape(context, (*heads[:-2], -1))  # (..., H*Dv)
-        return ops.reshape(self._ff_2(self._ff_1(flat)), heads)
-
     # -- Shapes, sublayers, config. ----------------------------------------
 
     def compute_output_shape(
-        self, query_shape, value_shape=None, key_shape=None, **kwargs
+        self, query_shape, value_shape=None, key_shape=None, **kw
     ):
-        if value_shape is not None and key_shape is not None:
-            check_key_value(value_shape, key_shape)
-        tail = self._output_tail or (query_shape[-1],)
-        return (*query_shape[:-1], *tail)
+        shapes = query_shape, value_shape, key_shape
+        return arguments.output_shape(*shapes, self._output_tail)
 
     def compute_output_spec(
         self, query, value=None, key=None, return_attention_scores=False, **kw

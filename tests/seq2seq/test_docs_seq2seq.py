@@ -34,3 +34,4 @@ def test_migration_guide_snippets_run():
     assert "\n1.4979\n" in out  # log(20) · 3/6
     assert "(2, 10)\n(2, 10, 5)" in out
     assert "\nTrue\n" in out  # the training budget was not spent
+    assert "[(2, 2, 3, 2, 8), (2, 3)]" in out  # the ring's 3 positions
