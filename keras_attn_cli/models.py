@@ -310,15 +310,17 @@ def saved_classifier(loaded, path):
 
 
 def load_translator(path, allow_unsafe=False):
+    """The `translate` function of a translator SavedModel (the folder or
+    its parent), opened as every SavedModel is (`keras_attn.opener`)."""
     if os.path.isdir(os.path.join(path, "saved_model")):
         path = os.path.join(path, "saved_model")
     if not os.path.isfile(os.path.join(path, "saved_model.pb")):
         raise ValueError(
             f"No SavedModel translator in {path!r} (no saved_model.pb)."
         )
-    from keras_attn.opener import load_saved_model
+    from keras_attn.opener import SavedModelArtifact
 
-    loaded = load_saved_model(path, allow_unsafe)
+    loaded = SavedModelArtifact(path, allow_unsafe).loaded
     return _signature(
         loaded,
         path,

@@ -1,9 +1,11 @@
 """Export trained models for serving: SavedModel, LiteRT and ONNX.
 
-The package's parts: `destination` (where an export lands: checks,
-staging, atomic replacement), `saved_model`, `unroll` (RNN layers made
-LiteRT-ready), `litert` (conversion and quantization) and `text_models`
-(raw-text models end to end). Everything public is importable from here.
+The package's parts, one a format: `destination` (where an export lands:
+checks, staging, atomic replacement), `saved_model`, `litert`
+(conversion and quantization), `flatbuffer` (rewrites of LiteRT files),
+`onnx`, `translator_file` (a LiteRT translator's metadata); `unroll`
+(RNN layers made LiteRT-ready) and `text_models` (raw-text models end to
+end, in every format). Everything public is importable from here.
 """
 
 import os

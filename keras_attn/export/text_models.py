@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from keras_attn.export import onnx as onnx_format
 from keras_attn.export import saved_model as saved_model_module
 from keras_attn.export.destination import (
     check_destination,
@@ -17,7 +18,6 @@ from keras_attn.export.litert import (
     QUANTIZATIONS,
     convert_tflite,
     length_axes,
-    scratch_dir,
     with_metadata,
 )
 from keras_attn_runtime import artifact
@@ -256,7 +256,11 @@ def export_text_model(
         data = _text_tflite_bytes(
             text_model, quantize, calibration_texts, batch_size, dynamic_length
         )
-    onnx_data = _text_onnx_bytes(text_model) if onnx is not None else None
+    onnx_data = None
+    if onnx is not None:
+        onnx_data = onnx_format.text_classifier_bytes(
+            *split_text_model(text_model)
+        )
     kinds = list(targets)
     with staged(*targets.values()) as tmps:
         for kind, tmp in zip(kinds, tmps, strict=True):
@@ -271,26 +275,3 @@ def export_text_model(
                     f.write(data if kind == "tflite" else onnx_data)
     given = {"saved_model": saved_model, "tflite": tflite, "onnx": onnx}
     return {k: v for k, v in given.items() if v is not None}
-
-
-def _text_onnx_bytes(text_model):
-    """The token model as ONNX bytes, vocabulary and length inside."""
-    import onnx
-
-    vectorizer, token_model = split_text_model(text_model)
-    with scratch_dir() as tmp:
-        path = os.path.join(tmp, "model.onnx")
-        token_model.export(path, format="onnx", verbose=False)
-        proto = onnx.load(path)
-    config = artifact.artifact_config(
-        artifact.TEXT_CLASSIFIER,
-        max_length=int(token_model.inputs[0].shape[1]),
-    )
-    entries = {
-        artifact.METADATA_VOCABULARY: "\n".join(vectorizer.get_vocabulary()),
-        artifact.METADATA_CONFIG: json.dumps(config),
-    }
-    for key, value in entries.items():
-        prop = proto.metadata_props.add()
-        prop.key, prop.value = key, value
-    return proto.SerializeToString()
