@@ -72,8 +72,8 @@ class LiteRTTranslator:
         entries = metadata(model)
         if "translate" not in signatures or METADATA_CONFIG not in entries:
             raise ValueError(
-                "Expected a LiteRT translator written by "
-                "keras_attn.translation.Translator.export_tflite (a 'translate' "
+                "Expected a LiteRT translator written by keras_attn."
+                "translation.Translator.export_tflite (a 'translate' "
                 f"signature and keras_attn.config metadata). Received: "
                 f"{model_path!r} with signatures {sorted(signatures)}"
             )
