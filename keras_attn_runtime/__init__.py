@@ -36,6 +36,7 @@ from keras_attn_runtime.classifier import LiteRTClassifier, OnnxClassifier
 # `keras_attn_runtime.open(path)`: every model file, one way (not in
 # `__all__`: a star import would hide the builtin `open`).
 from keras_attn_runtime.opener import open  # noqa: A004, E402, F401
+from keras_attn_runtime.streaming import StreamingDecoder
 from keras_attn_runtime.text import (
     ASCII_LOWER,
     DETOKENIZERS,
@@ -78,6 +79,7 @@ __all__ = [
     "OnnxClassifier",
     "SEGMENTERS",
     "STANDARDIZERS",
+    "StreamingDecoder",
     "Tokenizer",
     "as_texts",
     "check_external_data",

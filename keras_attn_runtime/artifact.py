@@ -26,6 +26,7 @@ METADATA_TARGET_VOCABULARY = "keras_attn.target_vocabulary"
 # write the oldest version that describes the file.
 TEXT_CLASSIFIER = "keras_attn.text_classifier"
 TRANSLATOR = "keras_attn.translator"
+STREAMING_DECODER = "keras_attn.streaming_decoder"
 FORMAT_VERSION = 2  # 2: translators with WordPiece subwords (`subwords`)
 
 

@@ -215,7 +215,8 @@ def _checked_inputs(spec, feed):
     arrays = {}
     for name, value in feed.items():
         want = spec[name]
-        array = np.ascontiguousarray(value)
+        # `ascontiguousarray` gives a scalar one axis: scalars as they are.
+        array = np.asarray(value, order="C")
         if array.dtype != np.dtype(want["dtype"]):
             raise ValueError(
                 f"Expected input {name!r} of dtype {want['dtype']}. "
@@ -293,7 +294,28 @@ class _CompiledRunner:
                 n: (tuple(int(d) for d in v["shape"]), np.dtype(v["dtype"]))
                 for n, v in details.items()
             }
+            self._check_batch(arrays, shapes)
             self._buffers = inputs, outputs, shapes
+
+    def _check_batch(self, arrays, shapes):
+        """A `ValueError` where `CompiledModel` sized an output declared
+        with a free batch axis at another batch than its inputs' (an op
+        sized by a value on the way): its buffer would be too small."""
+        free = [
+            a.shape[0]
+            for n, a in arrays.items()
+            if a.ndim and self._spec["inputs"][n]["shape_signature"][0] == -1
+        ]
+        for name, (shape, _) in shapes.items():
+            declared = self._spec["outputs"][name]["shape_signature"]
+            if free and len(declared) and declared[0] == -1:
+                if shape[0] != free[0]:
+                    raise ValueError(
+                        f"LiteRT's CompiledModel sized output {name!r} of "
+                        f"signature {self._key!r} for a batch of {shape[0]} "
+                        f"where the inputs hold {free[0]}: export the file "
+                        "with a fixed batch size."
+                    )
 
     def __call__(self, **feed):
         arrays = _checked_inputs(self._spec["inputs"], feed)

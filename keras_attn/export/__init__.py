@@ -3,7 +3,9 @@
 The package's parts, one a format: `destination` (where an export lands:
 checks, staging, atomic replacement), `saved_model`, `litert`
 (conversion and quantization), `flatbuffer` (rewrites of LiteRT files),
-`onnx`, `translator_file` (a LiteRT translator's metadata); `unroll`
+`onnx`, `translator_file` (a LiteRT translator's metadata),
+`streaming` (a decoder's start and step signatures, its state as
+explicit inputs and outputs); `unroll`
 (RNN layers made LiteRT-ready) and `text_models` (raw-text models end to
 end, in every format). Everything public is importable from here.
 """
@@ -39,6 +41,7 @@ from keras_attn.export.saved_model import (
     export_module,
     export_saved_model,
 )
+from keras_attn.export.streaming import export_streaming_tflite
 from keras_attn.export.text_models import (
     check_text_export,
     export_text_model,
@@ -68,6 +71,7 @@ __all__ = [
     "export_module",
     "export_saved_model",
     "export_signatures_tflite",
+    "export_streaming_tflite",
     "export_text_model",
     "export_text_tflite",
     "export_tflite",

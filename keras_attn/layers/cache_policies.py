@@ -32,6 +32,23 @@ from keras import ops
 from keras_attn.validation import positive_int
 
 
+def batch_full(batch_size, tail, value, dtype):
+    """`(B, *tail)` filled with `value`. `batch_size`: an int, or a tensor
+    whose first axis is the batch (e.g. the source ids): the result is
+    then that tensor's zeros broadcast against a constant, so an exported
+    graph sizes it from its input's shape (a `FILL` sized by a value
+    makes LiteRT's `CompiledModel` refuse the output)."""
+    if isinstance(batch_size, int):
+        return ops.full((batch_size, *tail), value, dtype)
+    anchor = batch_size
+    while len(anchor.shape) > 1:
+        anchor = anchor[:, 0]
+    anchor = ops.zeros_like(ops.cast(anchor, dtype))  # (B,)
+    for _ in tail:
+        anchor = ops.expand_dims(anchor, -1)
+    return anchor + ops.full((1, *tail), value, dtype)
+
+
 def _scatter_steps(old, new, weights):
     """`old` `(B, N, ...)` with slot `n` replaced by `Σ_t w[t, n] new[t]`
     where a step writes it (`weights` `(Tq, N)`, one-hot rows, at most one
@@ -85,13 +102,14 @@ class _Policy:
         return self.sinks + self.window
 
     def empty(self, batch_size, length, heads, key_dim, dtype):
-        """The empty state (every position `-1`)."""
+        """The empty state (every position `-1`); `batch_size` as in
+        `batch_full`."""
         n = self.slots(length)
-        shape = (batch_size, 2, n, heads, key_dim)
-        state = (ops.zeros(shape, self.quantize or dtype),)
+        tail = (2, n, heads, key_dim)
+        state = (batch_full(batch_size, tail, 0, self.quantize or dtype),)
         if self.quantize:
-            state += (ops.zeros(shape[:-1], "float32"),)
-        return (*state, ops.full((batch_size, n), -1, "int32"))
+            state += (batch_full(batch_size, tail[:-1], 0, "float32"),)
+        return (*state, batch_full(batch_size, (n,), -1, "int32"))
 
     def memory_bytes(self, batch_size, length, heads, key_dim, dtype):
         """Bytes of the state for sequences of `length` positions."""
@@ -236,7 +254,7 @@ class FullCache:
     keys)."""
 
     def empty(self, batch_size, length, heads, key_dim, dtype):
-        return ops.zeros((batch_size, 2, length, heads, key_dim), dtype)
+        return batch_full(batch_size, (2, length, heads, key_dim), 0, dtype)
 
     def write(self, cache, k_new, v_new, index):
         """`(k, v, new cache)` with the new steps written at `index`."""

@@ -462,7 +462,9 @@ class MultiHeadPositional(layers.MultiHeadAttention):
     def empty_cache(self, batch_size, length):
         """An all-zero self-attention cache `(B, 2, length, H_kv,
         key_dim)`, or the cache policy's empty state for sequences of
-        `length` positions."""
+        `length` positions. `batch_size`: an int, or a tensor whose first
+        axis is the batch (a streaming LiteRT file's cache is then sized
+        by its input)."""
         arguments.check_cacheable(self)
         policy = self.cache_policy or cache_policies.FULL
         heads, dim = self.num_key_value_heads, self.key_dim

@@ -1,0 +1,128 @@
+"""A streaming decoder as one LiteRT file: a `start` signature that
+prefills (an encoder's memory and empty caches, or a prompt run through
+its caches) and a `step` signature that decodes one token, the decoder's
+state crossing calls as explicit inputs and outputs.
+
+LiteRT's `CompiledModel` runs no graph whose state lives in variable
+tensors, so the state (key/value caches of any policy, a recurrent
+state, a memory) is named `state_0 ... state_{n-1}` on both sides: the
+outputs of one call are the inputs of the next. Builtin ops only, any
+batch size. `keras_attn_runtime.StreamingDecoder` runs the file with
+NumPy and LiteRT and yields tokens as they come.
+"""
+
+import json
+
+from keras_attn.export.litert import export_signatures_tflite
+from keras_attn_runtime import artifact
+
+START, STEP = "start", "step"
+
+
+def _state_specs(concrete):
+    """The flat state's `TensorSpec`s as `start` gives it."""
+    import tensorflow as tf
+
+    return [
+        tf.TensorSpec(out.shape, out.dtype, name=f"state_{i}")
+        for i, out in enumerate(concrete.structured_outputs.values())
+    ]
+
+
+def export_streaming_tflite(
+    path,
+    start,
+    step_fn,
+    start_signature,
+    overwrite=False,
+    quantize="none",
+    settings=None,
+):
+    """Write `path`, a LiteRT streaming decoder.
+
+    Args:
+        path: the `.tflite` file.
+        start: `start(**inputs) -> state`, a nest of batch-first tensors
+            (e.g. an encoder's memory and `empty_cache`s).
+        step_fn: the searches' decoder, `step_fn(tokens, state, index) ->
+            (logits, state, alignment)` (`alignment` may be `None`).
+        start_signature: `{name: tf.TensorSpec}` of `start`'s inputs,
+            batch first (e.g. `{"source": TensorSpec([8, 24], tf.int32)}`).
+            Fixed sizes keep every output's size known before a run, as
+            `CompiledModel` needs (it sizes an output that a value sizes,
+            such as a reshape to the batch, at 1); the runtime pads a
+            smaller batch with rows of zeros. A `None` batch runs under the
+            `Interpreter` only.
+        overwrite: replace `path` even when it is not a LiteRT file.
+        quantize: `"none"`, `"float16"` or `"dynamic"` (int8 weights).
+        settings: a JSON-able dict stored in the file's config (e.g. the
+            start and end token ids). Defaults to `None`.
+
+    The file's signatures: `"start"` (the inputs of `start_signature` in,
+    `state_i` out) and `"step"` (`tokens` `(B,)` int32, `index` `()`
+    int32 and `state_i` in; `logits` `(B, V)`, `state_i` and, when
+    `step_fn` gives one, `alignment` out; a state part the step leaves
+    unchanged is not an output, and the config's `step_state` lists those
+    it does give).
+    """
+    import tensorflow as tf
+
+    names = list(start_signature)
+    structure = {}
+
+    def flat_start(*inputs):
+        state = start(**dict(zip(names, inputs, strict=True)))
+        structure["state"] = state
+        flat = tf.nest.flatten(state)
+        return {f"state_{i}": t for i, t in enumerate(flat)}
+
+    specs = [
+        tf.TensorSpec(s.shape, s.dtype, name=n)
+        for n, s in start_signature.items()
+    ]
+    start_fn = tf.function(flat_start, input_signature=specs)
+    state_specs = _state_specs(start_fn.get_concrete_function())
+
+    updated = []
+
+    def flat_step(tokens, index, *flat):
+        state = tf.nest.pack_sequence_as(structure["state"], list(flat))
+        logits, state, alignment = step_fn(tokens, state, index)
+        out = {"logits": logits}
+        if alignment is not None:
+            out["alignment"] = alignment
+        updated.clear()
+        for i, t in enumerate(tf.nest.flatten(state)):
+            # A part the step passes through unchanged (a memory, a mask)
+            # is not an output: an output that is an input has no buffer
+            # of its own, which `CompiledModel` cannot bind.
+            if not any(t is given for given in flat):
+                out[f"state_{i}"] = t
+                updated.append(f"state_{i}")
+        return out
+
+    batch = state_specs[0].shape[0] if state_specs else None
+    step_specs = [
+        tf.TensorSpec([batch], tf.int32, name="tokens"),
+        tf.TensorSpec([], tf.int32, name="index"),
+        *state_specs,
+    ]
+    step = tf.function(flat_step, input_signature=step_specs)
+    step.get_concrete_function()  # traced: `updated` names the outputs
+    config = artifact.artifact_config(
+        artifact.STREAMING_DECODER,
+        start=START,
+        step=STEP,
+        start_inputs=names,
+        state=len(state_specs),
+        step_state=list(updated),
+        **(settings or {}),
+    )
+    metadata = {artifact.METADATA_CONFIG: json.dumps(config).encode()}
+    return export_signatures_tflite(
+        {START: start_fn, STEP: step},
+        path,
+        overwrite=overwrite,
+        metadata=metadata,
+        quantize=quantize,
+    )

@@ -1,0 +1,191 @@
+"""A streaming LiteRT decoder (`export_streaming_tflite`, run by
+`keras_attn_runtime.StreamingDecoder`): a tiny encoder-decoder of
+`MultiHeadPositional` layers, its caches explicit inputs and outputs,
+decodes token for token as Keras's cached search does, under LiteRT's
+`CompiledModel` (in a child process: a crash fails the test) and the
+`Interpreter`, for a batch of 3, with each cache policy."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from tests.paths import ROOT
+
+tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="exports need TensorFlow"
+)
+
+VOCAB, SOURCE, STEPS, WIDTH = 13, 7, 9, 16
+START, END = 1, 2
+
+
+def tiny_model(policy):
+    """`encode(source)` and `step_fn` of an encoder-decoder: source
+    embedding and self-attention, target embedding, cached causal
+    self-attention (with `policy`), cross-attention, logits."""
+    from keras_attn import MultiHeadPositional
+
+    keras.utils.set_random_seed(7)
+    src_embed = keras.layers.Embedding(VOCAB, WIDTH)
+    tgt_embed = keras.layers.Embedding(VOCAB, WIDTH)
+    enc = MultiHeadPositional(num_heads=2, key_dim=8)
+    window = getattr(policy, "window", None)
+    self_att = MultiHeadPositional(
+        num_heads=2,
+        key_dim=8,
+        num_key_value_heads=1,
+        position="rotary",
+        cache_policy=policy,
+        sliding_window=None if getattr(policy, "sinks", 0) else window,
+    )
+    cross = MultiHeadPositional(num_heads=2, key_dim=8, position=None)
+    head = keras.layers.Dense(VOCAB)
+    x = tgt_embed(np.zeros((1, 2), "int32"))
+    memory = enc(src_embed(np.zeros((1, 3), "int32")))
+    head(cross(self_att(x, use_causal_mask=True), memory))
+    kernel, bias = head.get_weights()
+    bias[END] -= 2.0  # sentences longer than a word or two
+    head.set_weights([kernel, bias])
+
+    def encode(source):
+        mask = source != 0
+        memory = enc(src_embed(source), query_mask=mask, value_mask=mask)
+        return {
+            "self": self_att.empty_cache(source, STEPS),  # sized by source
+            "memory": cross.compute_cache(memory),
+            "mask": keras.ops.cast(mask, "int32"),
+        }
+
+    def step_fn(tokens, state, index):
+        x = tgt_embed(tokens[:, None])
+        y, cache = self_att(x, cache=state["self"], cache_update_index=index)
+        z, _, weights = cross(
+            y,
+            cache=state["memory"],
+            value_mask=state["mask"] > 0,
+            return_attention_scores=True,
+        )
+        logits = head(z)[:, 0] * 3.0
+        return logits, {**state, "self": cache}, weights[:, 0, 0]
+
+    return encode, step_fn
+
+
+def source_batch():
+    rng = np.random.default_rng(1)
+    ids = rng.integers(3, VOCAB, size=(3, SOURCE)).astype("int32")
+    ids[1, 4:] = 0  # shorter sentences, padded
+    ids[2, 2:] = 0
+    return ids
+
+
+POLICIES = {
+    "full": lambda: None,
+    "window": lambda: __import__(
+        "keras_attn.layers", fromlist=["x"]
+    ).SlidingWindowCache(3),
+    "int8": lambda: __import__("keras_attn.layers", fromlist=["x"]).Int8Cache(),
+    "sinks": lambda: __import__("keras_attn.layers", fromlist=["x"]).SinkCache(
+        1, 3
+    ),
+}
+
+
+def interpreter_greedy(path, ids):
+    """Greedy decoding of the file with LiteRT's `Interpreter`: `(B, n)`
+    ids, 0 after each row's end."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path)
+    start = interpreter.get_signature_runner("start")
+    step = interpreter.get_signature_runner("step")
+    padded = np.concatenate([ids, np.zeros((1, SOURCE), "int32")])
+    state = start(source=padded)
+    tokens = np.full((len(padded),), START, "int32")
+    done, rows = np.arange(len(padded)) >= len(ids), []
+    for index in range(STEPS):
+        out = step(tokens=tokens, index=np.array(index, "int32"), **state)
+        state.update({k: v for k, v in out.items() if k.startswith("state_")})
+        logits = out["logits"].copy()
+        logits[:, 0] = -1e9  # padding is never emitted
+        tokens = np.where(done, 0, logits.argmax(-1)).astype("int32")
+        rows.append(tokens[: len(ids)])
+        done |= tokens == END
+        if done.all():
+            break
+    return np.stack(rows, 1)
+
+
+CHILD = """
+import json, sys
+import numpy as np
+from keras_attn_runtime import StreamingDecoder
+path, ids = sys.argv[1], np.array(json.loads(sys.argv[2]), "int32")
+decoder = StreamingDecoder(path, num_threads=1)
+rows = [t.tolist() for t in decoder.stream({"source": ids}, 1, 2, 9)]
+print(json.dumps({"engine": decoder.engine, "ids": rows}))
+"""
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_streaming_file_decodes_as_keras_cached_greedy(policy, tmp_path):
+    from keras_attn import export, seq2seq
+    from keras_attn_runtime import StreamingDecoder
+
+    encode, step_fn = tiny_model(POLICIES[policy]())
+    ids = source_batch()
+    keras_ids = seq2seq.greedy_search(step_fn, encode(ids), START, END, STEPS)[
+        "ids"
+    ]
+    keras_ids = keras.ops.convert_to_numpy(keras_ids)
+    path = str(tmp_path / "decoder.tflite")
+    spec = {"source": tf.TensorSpec([4, SOURCE], tf.int32)}  # 3 rows fed
+    export.export_streaming_tflite(
+        path, encode, step_fn, spec, settings={"start_id": START}
+    )
+    # Under the Interpreter, in this process, as LiteRT documents it.
+    streamed = interpreter_greedy(path, ids)
+    assert StreamingDecoder(path).config["start_id"] == START
+    width = streamed.shape[1]
+    np.testing.assert_array_equal(streamed, keras_ids[:, :width])
+    assert not keras_ids[:, width:].any()  # nothing after every end
+    # Under CompiledModel, with its own buffers, in a child process.
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, path, json.dumps(ids.tolist())],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    child = json.loads(done.stdout.strip().splitlines()[-1])
+    assert child["engine"] == "compiled_model"
+    np.testing.assert_array_equal(np.array(child["ids"]).T, streamed)
+
+
+def test_the_state_is_explicit_and_the_ops_builtin(tmp_path):
+    from keras_attn import edge_targets, export
+    from keras_attn_runtime import StreamingDecoder
+
+    encode, step_fn = tiny_model(POLICIES["int8"]())
+    path = str(tmp_path / "decoder.tflite")
+    spec = {"source": tf.TensorSpec([2, SOURCE], tf.int32)}
+    export.export_streaming_tflite(path, encode, step_fn, spec)
+    decoder = StreamingDecoder(path)
+    step = decoder.litert.signatures["step"]
+    states = sorted(n for n in step["inputs"] if n.startswith("state_"))
+    # memory, mask, and the int8 cache's values, scales and positions
+    assert states == sorted(decoder.state_names) and len(states) == 5
+    updated = decoder.config["step_state"]  # the cache; the rest passes
+    assert len(updated) == 3 and set(updated) < set(states)
+    outputs = set(step["outputs"])
+    assert outputs == {"logits", "alignment", *updated}
+    ops = {op for op, _ in edge_targets.op_signatures(path)[0]}
+    assert not {"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"} & ops
+    assert not any(op.startswith("FLEX") or op == "CUSTOM" for op in ops)
