@@ -42,14 +42,37 @@ HPARAMS = {
     "dropout": 0.1,
     "position": "sinusoidal",  # or "rotary", "alibi", "learned", "none"
     "key_value_heads": 0,  # 0: one per head; fewer: grouped-query (1: MQA)
+    # What the decoder's self-attention caches keep while searching: "full",
+    # "int8", "window:W" (the last W positions), "sinks:S:W", "int8:W".
+    "cache_policy": "full",
 }
+
+
+def cache_policy(name):
+    """The `keras_attn.layers` cache policy `name` gives (`None`: full)."""
+    from keras_attn.layers import Int8Cache, SinkCache, SlidingWindowCache
+
+    kind, *sizes = name.split(":")
+    sizes = [int(n) for n in sizes]
+    made = {
+        "full": lambda: None,
+        "int8": lambda: Int8Cache(*sizes),
+        "window": lambda: SlidingWindowCache(*sizes),
+        "sinks": lambda: SinkCache(*sizes),
+    }.get(kind)
+    if made is None:
+        raise ValueError(
+            "Expected --cache-policy full, int8[:W], window:W or sinks:S:W. "
+            f"Received: --cache-policy {name}"
+        )
+    return made()
 
 
 def build_transformer(src_vocab, tgt_vocab, hp):
     d, drop = hp["units"], hp["dropout"]
     norm = keras.layers.LayerNormalization
 
-    def attention():
+    def attention(policy=None):
         return MultiHeadPositional(
             hp["heads"],
             d // hp["heads"],
@@ -57,6 +80,7 @@ def build_transformer(src_vocab, tgt_vocab, hp):
             position=None if hp["position"] == "none" else hp["position"],
             max_length=max(hp["source_length"], hp["target_length"]),
             num_key_value_heads=hp["key_value_heads"] or None,
+            cache_policy=policy,
         )
 
     def feed_forward():  # x + W₂ relu(W₁ norm(x))
@@ -71,7 +95,13 @@ def build_transformer(src_vocab, tgt_vocab, hp):
     tgt_embed = keras.layers.Embedding(tgt_vocab, d, mask_zero=True)
     enc = [(norm(), attention(), feed_forward()) for _ in range(hp["layers"])]
     dec = [
-        (norm(), attention(), norm(), attention(), feed_forward())
+        (
+            norm(),
+            attention(cache_policy(hp.get("cache_policy", "full"))),
+            norm(),
+            attention(),
+            feed_forward(),
+        )
         for _ in range(hp["layers"])
     ]
     enc_norm, dec_norm = norm(), norm()
@@ -102,10 +132,9 @@ def build_transformer(src_vocab, tgt_vocab, hp):
 
     def encode(source):
         memory = encode_memory(source, training=False)
-        batch = ops.shape(source)[0]
-        return {
+        return {  # caches sized by the source (a streaming file's input)
             "self": [
-                a.empty_cache(batch, hp["target_length"]) for _, a, *_ in dec
+                a.empty_cache(source, hp["target_length"]) for _, a, *_ in dec
             ],
             "cross": [c.compute_cache(memory) for _, _, _, c, _ in dec],
             "mask": source != 0,
