@@ -460,11 +460,10 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         return ops.stack([k, v], axis=1)
 
     def empty_cache(self, batch_size, length):
-        """An all-zero self-attention cache `(B, 2, length, H_kv,
-        key_dim)`, or the cache policy's empty state for sequences of
-        `length` positions. `batch_size`: an int, or a tensor whose first
-        axis is the batch (a streaming LiteRT file's cache is then sized
-        by its input)."""
+        """An all-zero cache `(B, 2, length, H_kv, key_dim)` (or the
+        cache policy's empty state) for `length` positions; `batch_size`
+        an int, or a tensor whose first axis is the batch (an exported
+        cache is then sized by its input)."""
         arguments.check_cacheable(self)
         policy = self.cache_policy or cache_policies.FULL
         heads, dim = self.num_key_value_heads, self.key_dim
