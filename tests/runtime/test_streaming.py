@@ -133,7 +133,13 @@ print(json.dumps({"engine": decoder.engine, "ids": rows}))
 """
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize(
+    "policy",
+    [
+        p if p == "full" else pytest.param(p, marks=pytest.mark.slow)
+        for p in POLICIES
+    ],
+)
 def test_streaming_file_decodes_as_keras_cached_greedy(policy, tmp_path):
     from keras_attn import export, seq2seq
     from keras_attn_runtime import StreamingDecoder
