@@ -130,6 +130,9 @@ def extras(data):
             f"- the 0.1 regex tokenizer on {unit!r} (200,000 characters): "
             f"{seconds:.2f} s"
         )
+    if data.get("streaming"):  # benchmarks.translator_streaming
+        lines += ["", "The streaming file, greedy search:", ""]
+        lines += table(data["streaming"])
     real = data.get("real_reviews")
     if real:
         lines += [

@@ -1,5 +1,6 @@
 """The package boundary: what `import keras_attn` needs and gives."""
 
+import ast
 import importlib.util
 import os
 import subprocess
@@ -73,8 +74,6 @@ def private_imports(path):
     of our modules: `from m import _x`, or `m._x` where `m` was imported
     from our packages. A package's private modules (`layers/_sublayers`)
     are its own: importing one from its package is not counted."""
-    import ast
-
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     package = os.path.dirname(os.path.relpath(path, ROOT)).replace(os.sep, ".")
@@ -145,3 +144,32 @@ def test_the_private_import_check_sees_both_forms(tmp_path):
         "from keras_attn.export.litert import _freeze",
         "litert._convert",
     ]
+
+
+def long_functions(path, limit=80):
+    """`(name, lines)` of the functions in `path` longer than `limit`
+    lines, docstrings included."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    return [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+def test_no_library_function_over_80_lines(tmp_path):
+    found = []
+    for package in PACKAGES:
+        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    found += [
+                        f"{os.path.relpath(path, ROOT)}: {fn} ({n} lines)"
+                        for fn, n in long_functions(path)
+                    ]
+    assert not found, "\n".join(found)
+    probe = tmp_path / "probe.py"  # the check can fail
+    probe.write_text("def f():\n" + "    x = 1\n" * 80)
+    assert long_functions(str(probe)) == [("f", 81)]

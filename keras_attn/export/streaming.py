@@ -29,6 +29,61 @@ def _state_specs(concrete):
     ]
 
 
+def _start_function(start, start_signature, structure):
+    """`(tf.function, state specs)`: `start` on named inputs, its state
+    flattened into `state_i` outputs (its nest kept in `structure`)."""
+    import tensorflow as tf
+
+    names = list(start_signature)
+
+    def flat_start(*inputs):
+        state = start(**dict(zip(names, inputs, strict=True)))
+        structure["state"] = state
+        flat = tf.nest.flatten(state)
+        return {f"state_{i}": t for i, t in enumerate(flat)}
+
+    specs = [
+        tf.TensorSpec(s.shape, s.dtype, name=n)
+        for n, s in start_signature.items()
+    ]
+    start_fn = tf.function(flat_start, input_signature=specs)
+    return start_fn, _state_specs(start_fn.get_concrete_function())
+
+
+def _step_function(step_fn, state_specs, structure):
+    """`(tf.function, updated)`: one step of `step_fn` on `tokens`,
+    `index` and the flat state; `updated` names the state parts it gives
+    back (a part passed through unchanged is not an output: an output
+    that is an input has no buffer of its own, which `CompiledModel`
+    cannot bind)."""
+    import tensorflow as tf
+
+    updated = []
+
+    def flat_step(tokens, index, *flat):
+        state = tf.nest.pack_sequence_as(structure["state"], list(flat))
+        logits, state, alignment = step_fn(tokens, state, index)
+        out = {"logits": logits}
+        if alignment is not None:
+            out["alignment"] = alignment
+        updated.clear()
+        for i, t in enumerate(tf.nest.flatten(state)):
+            if not any(t is given for given in flat):
+                out[f"state_{i}"] = t
+                updated.append(f"state_{i}")
+        return out
+
+    batch = state_specs[0].shape[0] if state_specs else None
+    step_specs = [
+        tf.TensorSpec([batch], tf.int32, name="tokens"),
+        tf.TensorSpec([], tf.int32, name="index"),
+        *state_specs,
+    ]
+    step = tf.function(flat_step, input_signature=step_specs)
+    step.get_concrete_function()  # traced: `updated` names the outputs
+    return step, updated
+
+
 def export_streaming_tflite(
     path,
     start,
@@ -65,55 +120,14 @@ def export_streaming_tflite(
     unchanged is not an output, and the config's `step_state` lists those
     it does give).
     """
-    import tensorflow as tf
-
-    names = list(start_signature)
-    structure = {}
-
-    def flat_start(*inputs):
-        state = start(**dict(zip(names, inputs, strict=True)))
-        structure["state"] = state
-        flat = tf.nest.flatten(state)
-        return {f"state_{i}": t for i, t in enumerate(flat)}
-
-    specs = [
-        tf.TensorSpec(s.shape, s.dtype, name=n)
-        for n, s in start_signature.items()
-    ]
-    start_fn = tf.function(flat_start, input_signature=specs)
-    state_specs = _state_specs(start_fn.get_concrete_function())
-
-    updated = []
-
-    def flat_step(tokens, index, *flat):
-        state = tf.nest.pack_sequence_as(structure["state"], list(flat))
-        logits, state, alignment = step_fn(tokens, state, index)
-        out = {"logits": logits}
-        if alignment is not None:
-            out["alignment"] = alignment
-        updated.clear()
-        for i, t in enumerate(tf.nest.flatten(state)):
-            # A part the step passes through unchanged (a memory, a mask)
-            # is not an output: an output that is an input has no buffer
-            # of its own, which `CompiledModel` cannot bind.
-            if not any(t is given for given in flat):
-                out[f"state_{i}"] = t
-                updated.append(f"state_{i}")
-        return out
-
-    batch = state_specs[0].shape[0] if state_specs else None
-    step_specs = [
-        tf.TensorSpec([batch], tf.int32, name="tokens"),
-        tf.TensorSpec([], tf.int32, name="index"),
-        *state_specs,
-    ]
-    step = tf.function(flat_step, input_signature=step_specs)
-    step.get_concrete_function()  # traced: `updated` names the outputs
+    structure = {}  # the state's nest, from the first trace
+    start_fn, state_specs = _start_function(start, start_signature, structure)
+    step, updated = _step_function(step_fn, state_specs, structure)
     config = artifact.artifact_config(
         artifact.STREAMING_DECODER,
         start=START,
         step=STEP,
-        start_inputs=names,
+        start_inputs=list(start_signature),
         state=len(state_specs),
         step_state=list(updated),
         **(settings or {}),
