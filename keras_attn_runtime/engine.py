@@ -49,6 +49,7 @@ def signature_tensors(model):
                     "shape": np.array(shape, "int32"),
                     "shape_signature": np.array(declared or shape, "int32"),
                     "dtype": _DTYPES.get(tensor.type, f"type {tensor.type}"),
+                    "index": int(item.tensorIndex),
                 }
         out[text(sig.signatureKey)] = entry
     return out
@@ -250,6 +251,19 @@ class _InterpreterRunner:
         return {k: np.array(v) for k, v in self._runner(**arrays).items()}
 
 
+def _shared_outputs(spec, out):
+    """`out` with every output of `spec`: where the converter merged two
+    outputs into one tensor (equal computations), `CompiledModel` names
+    it once; the other names get its value too."""
+    index = {name: entry["index"] for name, entry in spec.items()}
+    for name in spec:
+        if name not in out:
+            same = [n for n in out if index.get(n) == index[name]]
+            if same:
+                out[name] = out[same[0]].copy()
+    return out
+
+
 class _CompiledRunner:
     """One signature under `CompiledModel`: inputs resized when their
     shapes change, and buffers created by `CompiledModel` for each new
@@ -324,7 +338,8 @@ class _CompiledRunner:
         for name, array in arrays.items():
             inputs[name].write(array)
         self._compiled.run_by_name(self._key, inputs, outputs)
-        return {
+        out = {
             name: outputs[name].read(int(np.prod(shape)), dtype).reshape(shape)
             for name, (shape, dtype) in shapes.items()
         }
+        return _shared_outputs(self._spec["outputs"], out)

@@ -195,3 +195,30 @@ def test_the_state_is_explicit_and_the_ops_builtin(tmp_path):
     ops = {op for op, _ in edge_targets.op_signatures(path)[0]}
     assert not {"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"} & ops
     assert not any(op.startswith("FLEX") or op == "CUSTOM" for op in ops)
+
+
+def test_equal_state_parts_merged_by_the_converter_come_back_apart(tmp_path):
+    # Two layers' empty caches are one computation: the converter makes
+    # them one tensor under two names, which `CompiledModel` reports once.
+    from keras_attn import MultiHeadPositional, export
+    from keras_attn_runtime import StreamingDecoder
+
+    layer = MultiHeadPositional(num_heads=2, key_dim=4)
+    layer.build((None, None, 8))
+
+    def start(source):
+        return [layer.empty_cache(source, 5), layer.empty_cache(source, 5)]
+
+    def step_fn(tokens, state, index):
+        logits = keras.ops.one_hot(tokens, 4)
+        return logits, [state[0] + 1.0, state[1] + 2.0], None
+
+    path = str(tmp_path / "twins.tflite")
+    spec = {"source": tf.TensorSpec([2, 3], tf.int32)}
+    export.export_streaming_tflite(path, start, step_fn, spec)
+    decoder = StreamingDecoder(path)
+    state = decoder.start(source=np.ones((2, 3), "int32"))
+    assert sorted(state) == ["state_0", "state_1"]
+    _, state, _ = decoder.step(np.array([1, 2], "int32"), 0, state)
+    np.testing.assert_array_equal(state["state_0"], 1.0)
+    np.testing.assert_array_equal(state["state_1"], 2.0)
