@@ -56,8 +56,23 @@ def decode(layer, x, chunks, query_mask=None, length=T):
 CHUNKS = [[1] * T, [5, 2, 1, 1, 4], [T]]
 
 
-@pytest.mark.parametrize("position", ["rotary", "alibi", "sinusoidal", None])
-@pytest.mark.parametrize("chunks", CHUNKS, ids=["steps", "chunks", "all"])
+def fast_or_slow(position, chunks):
+    """Rotary positions step by step and ALiBi in chunks in the fast
+    tier; every other pair in the slow tier."""
+    fast = (position, len(chunks)) in (("rotary", T), ("alibi", 5))
+    return pytest.param(
+        position, chunks, marks=() if fast else pytest.mark.slow
+    )
+
+
+@pytest.mark.parametrize(
+    "position, chunks",
+    [
+        fast_or_slow(position, chunks)
+        for position in ["rotary", "alibi", "sinusoidal", None]
+        for chunks in CHUNKS
+    ],
+)
 def test_sliding_window_ring_equals_keras_sliding_window(position, chunks):
     layer = MultiHeadPositional(
         num_heads=4,

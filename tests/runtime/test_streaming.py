@@ -175,6 +175,7 @@ def test_streaming_file_decodes_as_keras_cached_greedy(policy, tmp_path):
     np.testing.assert_array_equal(np.array(child["ids"]).T, streamed)
 
 
+@pytest.mark.slow
 def test_the_state_is_explicit_and_the_ops_builtin(tmp_path):
     from keras_attn import edge_targets, export
     from keras_attn_runtime import StreamingDecoder
