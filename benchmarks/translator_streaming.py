@@ -120,7 +120,6 @@ def stream_rows(weights, policy, sentences, quantize, folder):
         for t, tokens in enumerate(steps):
             got[:, t] = tokens
         same += int((got == want).all(axis=1).sum())
-    one = ids[:1]
     first, rates = [], []
     for row in ids[:50]:
         t0 = time.perf_counter()
@@ -132,7 +131,6 @@ def stream_rows(weights, policy, sentences, quantize, folder):
         first.append((t1 - t0) * 1e3)
         if count > 1:
             rates.append((count - 1) / (t2 - t1))
-    del one
     return {
         "policy": policy,
         "weights": "int8 (dynamic)" if quantize == "dynamic" else "float32",

@@ -112,20 +112,24 @@ def private_imports(path):
     return found
 
 
-def test_no_private_name_crosses_modules():
-    # Each module's private names are its own: what another module needs
-    # is public (named without "_"), so that a change to a private helper
-    # is never a change to another module.
-    crossing = []
+def library_files():
+    """Every `.py` file of the three distributions' packages."""
     for package in PACKAGES:
         for folder, _, files in os.walk(os.path.join(ROOT, package)):
             for name in sorted(files):
                 if name.endswith(".py"):
-                    path = os.path.join(folder, name)
-                    crossing += [
-                        f"{os.path.relpath(path, ROOT)}:{line}: {text}"
-                        for line, text in private_imports(path)
-                    ]
+                    yield os.path.join(folder, name)
+
+
+def test_no_private_name_crosses_modules():
+    # Each module's private names are its own: what another module needs
+    # is public (named without "_"), so that a change to a private helper
+    # is never a change to another module.
+    crossing = [
+        f"{os.path.relpath(path, ROOT)}:{line}: {text}"
+        for path in library_files()
+        for line, text in private_imports(path)
+    ]
     assert not crossing, "\n".join(crossing)
 
 
@@ -159,16 +163,11 @@ def long_functions(path, limit=80):
 
 
 def test_no_library_function_over_80_lines(tmp_path):
-    found = []
-    for package in PACKAGES:
-        for folder, _, files in os.walk(os.path.join(ROOT, package)):
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    path = os.path.join(folder, name)
-                    found += [
-                        f"{os.path.relpath(path, ROOT)}: {fn} ({n} lines)"
-                        for fn, n in long_functions(path)
-                    ]
+    found = [
+        f"{os.path.relpath(path, ROOT)}: {fn} ({n} lines)"
+        for path in library_files()
+        for fn, n in long_functions(path)
+    ]
     assert not found, "\n".join(found)
     probe = tmp_path / "probe.py"  # the check can fail
     probe.write_text("def f():\n" + "    x = 1\n" * 80)

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_attn.layers import Int8Cache, SinkCache, SlidingWindowCache
 from tests.paths import ROOT
 
 tf = pytest.importorskip("tensorflow")
@@ -87,13 +88,9 @@ def source_batch():
 
 POLICIES = {
     "full": lambda: None,
-    "window": lambda: __import__(
-        "keras_attn.layers", fromlist=["x"]
-    ).SlidingWindowCache(3),
-    "int8": lambda: __import__("keras_attn.layers", fromlist=["x"]).Int8Cache(),
-    "sinks": lambda: __import__("keras_attn.layers", fromlist=["x"]).SinkCache(
-        1, 3
-    ),
+    "window": lambda: SlidingWindowCache(3),
+    "int8": lambda: Int8Cache(),
+    "sinks": lambda: SinkCache(1, 3),
 }
 
 
