@@ -8,6 +8,7 @@ from keras import layers, ops
 
 from keras_attn.layers import _legacy, _sublayers, cache_policies
 from keras_attn.layers import _multi_head_arguments as arguments
+from keras_attn.layers import _multi_head_inputs as inputs
 from keras_attn.ops import heads, masking
 from keras_attn.validation import (
     check_attention_masks,
@@ -122,8 +123,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
     # Keras's key and value projections, in its weight order);
     # `_get_common_kwargs_for_sublayer` (initializers etc. for ours);
     # `_flash_attention` (global switch included); `_dot_product_equation`,
-    # `_combine_equation`, `_dropout_layer`, `_compute_attention_mask`
-    # (Keras's attention over any axes).
+    # `_combine_equation`, `_dropout_layer`, `_compute_attention_mask`.
 
     def __init__(self, *args, **kwargs):
         given, rest = arguments.bind(self, args, kwargs)
@@ -145,9 +145,9 @@ class MultiHeadPositional(layers.MultiHeadAttention):
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
         key_shape = value_shape if key_shape is None else key_shape
-        arguments.check_build_shapes(query_shape, value_shape, key_shape)
+        inputs.check_build_shapes(query_shape, value_shape, key_shape)
         self._rank = len(query_shape)
-        self._position_axis = arguments.check_axes(
+        self._position_axis = inputs.check_axes(
             self._given_axes, self.position, self._rank
         )
         self._build_shapes = {"key": key_shape, "value": value_shape}
@@ -247,7 +247,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         start_index=None,
         attention_bias=None,
     ):
-        step = arguments.resolve_inputs(
+        step = inputs.resolve_inputs(
             self,
             query,
             value,
@@ -307,7 +307,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         step with its masks over the cache's keys."""
         value, key = step.value, step.key
         if step.self_attention:
-            value = key = masking.select(value, arguments.new_steps_mask(step))
+            value = key = masking.select(value, inputs.new_steps_mask(step))
         elif cache is None:
             key_mask = step.value_mask if key is value else step.key_mask
             key = masking.select(key, key_mask)
@@ -315,7 +315,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         if cache is None:
             k, v = self._project_keys(value, key)
             return k, v, None, ops.shape(key)[1], None, step
-        arguments.check_cacheable(self)
+        inputs.check_cacheable(self)
         if self.cache_policy is not None and index is not None:
             k_new, v_new = self._project_keys(value, key, step.start)
             k, v, at, cache = self.cache_policy.write(
@@ -376,7 +376,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             # gets the causal mask itself, in the five-argument call.
             and type(self)._compute_attention
             is MultiHeadPositional._compute_attention
-            and arguments.one_length(step)
+            and inputs.one_length(step)
         )
         if lean:
             mask, rows = masking.lean_masks(step.query_mask, step.value_mask)
@@ -453,7 +453,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         """Projected keys and values of `value` `(B, Tv, D)` (positions
         `0..Tv-1`), `(B, 2, Tv, H_kv, key_dim)`: a cross-attention memory,
         computed once and passed as `cache` (no index) at each step."""
-        arguments.check_cacheable(self)
+        inputs.check_cacheable(self)
         key = value if key is None else key
         dtype = self.compute_dtype
         k, v = self._project_keys(ops.cast(value, dtype), ops.cast(key, dtype))
@@ -464,7 +464,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         cache policy's empty state) for `length` positions; `batch_size`
         an int, or a tensor whose first axis is the batch (an exported
         cache is then sized by its input)."""
-        arguments.check_cacheable(self)
+        inputs.check_cacheable(self)
         policy = self.cache_policy or cache_policies.FULL
         heads, dim = self.num_key_value_heads, self.key_dim
         return policy.empty(batch_size, length, heads, dim, self.compute_dtype)
@@ -550,12 +550,12 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         self, query_shape, value_shape=None, key_shape=None, **kw
     ):
         shapes = query_shape, value_shape, key_shape
-        return arguments.output_shape(*shapes, self._output_tail)
+        return inputs.output_shape(*shapes, self._output_tail)
 
     def compute_output_spec(
         self, query, value=None, key=None, return_attention_scores=False, **kw
     ):
-        spec = arguments.output_spec
+        spec = inputs.output_spec
         return spec(self, query, value, key, return_attention_scores, kw)
 
     def _denses(self):
