@@ -11,7 +11,9 @@ The file's state (key/value caches, a memory) goes out of one call and
 into the next as plain arrays: `CompiledModel` runs it with buffers of
 its own, the `Interpreter` as well. How each step's token is chosen is
 the caller's (`choose`): greedy, or a draw from the caller's random
-numbers (`sample_with`), as the searches of `keras_attn.seq2seq` draw.
+numbers (`sample_with`), as the searches of `keras_attn.seq2seq` draw;
+`beam_search` and `stream_beam` rank hypotheses as its `BeamSampler`
+does, the file's state reordered by beam between steps.
 """
 
 import numpy as np
@@ -25,32 +27,9 @@ from keras_attn_runtime.artifact import (
     metadata,
 )
 from keras_attn_runtime.engine import LiteRTModel
+from keras_attn_runtime.search import BeamSearch, greedy, sample_with
 
-
-def greedy(logits, step):
-    """The most likely token of each row."""
-    return np.argmax(logits, axis=-1).astype("int32")
-
-
-def sample_with(uniforms, temperature=1.0, top_k=None):
-    """A `choose` that draws each step's token from the softmax of the
-    logits (over the `top_k` most likely, when given) by inverting its
-    cumulative distribution at `uniforms[step]` (`(steps, B)` numbers in
-    `[0, 1)` from the caller)."""
-    uniforms = np.asarray(uniforms, "float32")
-
-    def choose(logits, step):
-        z = np.asarray(logits, "float64") / temperature
-        if top_k is not None:
-            kth = np.sort(z, axis=-1)[:, -top_k][:, None]
-            z = np.where(z >= kth, z, -np.inf)
-        p = np.exp(z - z.max(-1, keepdims=True))
-        cdf = np.cumsum(p / p.sum(-1, keepdims=True), axis=-1)
-        u = uniforms[step][:, None]
-        picked = (cdf <= u).sum(-1)
-        return np.minimum(picked, z.shape[-1] - 1).astype("int32")
-
-    return choose
+__all__ = ["StreamingDecoder", "greedy", "sample_with"]
 
 
 class StreamingDecoder:
@@ -125,6 +104,77 @@ class StreamingDecoder:
             if done.all():
                 return
 
+    def stream_beam(self, inputs, start_id, end_id, max_length, **beam):
+        """Beam search, streamed: after each step, yield `(B,)` lists of
+        the tokens each example's beams have just come to agree on (often
+        empty). Whatever hypothesis wins starts with them, so what was
+        yielded is never taken back; the rest of the winner comes with the
+        last yield. `beam` as in `beam_search`."""
+        sent = None
+        for search in self._beam(inputs, start_id, end_id, max_length, beam):
+            sent = [0] * len(search.scores) if sent is None else sent
+            if search.done.all() or search.emitted.shape[1] == max_length:
+                ids, _ = search.best()
+                now = [row[: _length(row, end_id)] for row in ids]
+            else:
+                now = search.settled()
+            yield [row[n:] for row, n in zip(now, sent, strict=True)]
+            sent = [len(row) for row in now]
+
+    def beam_search(self, inputs, start_id, end_id, max_length, **beam):
+        """`{"ids": (B, steps), "score": (B,)}`, each example's best
+        hypothesis (0 after its end) and its penalized score, as
+        `keras_attn.seq2seq.beam_search` gives them.
+
+        Args:
+            inputs: the `start` signature's inputs (e.g. `{"source": ids}`).
+            start_id, end_id, max_length: as in `stream`.
+            beam_width, length_penalty, coverage_penalty, source_mask,
+                banned_ids: as in `keras_attn_runtime.search.BeamSearch`.
+                The file's batch must hold `B · beam_width` rows.
+        """
+        steps = self._beam(inputs, start_id, end_id, max_length, beam)
+        *_, search = steps  # run to the end
+        ids, score = search.best()
+        return {"ids": ids, "score": score}
+
+    def _beam(self, inputs, start_id, end_id, max_length, beam):
+        """Yield the `BeamSearch` after each step of the file."""
+        inputs, rows = self._padded(inputs)
+        state = self.start(**inputs)
+        search = BeamSearch(rows, end_id, **beam)
+        size = next(iter(state.values())).shape[0]
+        if self._fixed_batch() != -1 and rows * search.k > size:
+            raise ValueError(
+                f"Expected beam_width · rows <= {size} (the file's batch "
+                f"size). Received: beam_width={search.k} for {rows} rows"
+            )
+        live = rows * search.k
+        size = size if self._fixed_batch() != -1 else live
+        # Row r of the file holds beam row min(r, live - 1): the beams,
+        # then copies of the last one up to the file's batch size.
+        spread = np.minimum(np.arange(size), live - 1)
+        first = np.repeat(np.arange(rows), search.k)[spread]
+        state = {name: value[first] for name, value in state.items()}
+        tokens = np.full((live,), start_id, "int32")
+        for index in range(max_length):
+            logits, state, alignment = self.step(tokens[spread], index, state)
+            alignment = None if alignment is None else alignment[:live]
+            kept, tokens = search.advance(logits[:live], alignment)
+            order = kept[spread]
+            state = {
+                name: value[order] if name in self._updated else value
+                for name, value in state.items()
+            }
+            yield search
+            if search.done.all():
+                return
+
+    def _fixed_batch(self):
+        """The start signature's batch size, or -1 (any)."""
+        spec = self.litert.signatures[self.config["start"]]["inputs"]
+        return int(next(iter(spec.values()))["shape_signature"][0])
+
     def _padded(self, inputs):
         """`(inputs, rows)`: the inputs with zero rows added up to the
         file's fixed batch size (where it has one), and the caller's
@@ -145,3 +195,9 @@ class StreamingDecoder:
                 value = np.concatenate([value, pad.astype(value.dtype)])
             out[name] = value
         return out, rows
+
+
+def _length(ids, end_id):
+    """The tokens of `ids` up to its first `end_id`, included."""
+    ends = np.flatnonzero(ids == end_id)
+    return int(ends[0]) + 1 if len(ends) else int(np.count_nonzero(ids))

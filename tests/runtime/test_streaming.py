@@ -46,9 +46,16 @@ def tiny_model(policy):
         sliding_window=None if getattr(policy, "sinks", 0) else window,
     )
     cross = MultiHeadPositional(num_heads=2, key_dim=8, position=None)
+    normal = keras.initializers.RandomNormal(stddev=1.0)
     head = keras.layers.Dense(VOCAB)
+    recall = keras.layers.Dense(VOCAB, kernel_initializer=normal)  # the cache
+    bigram = keras.layers.Embedding(VOCAB, VOCAB, embeddings_initializer=normal)
+    by_step = keras.layers.Embedding(
+        STEPS, VOCAB, embeddings_initializer=normal
+    )
     x = tgt_embed(np.zeros((1, 2), "int32"))
     memory = enc(src_embed(np.zeros((1, 3), "int32")))
+    recall(self_att(x, use_causal_mask=True))
     head(cross(self_att(x, use_causal_mask=True), memory))
     kernel, bias = head.get_weights()
     bias[END] -= 2.0  # sentences longer than a word or two
@@ -72,7 +79,13 @@ def tiny_model(policy):
             value_mask=state["mask"] > 0,
             return_attention_scores=True,
         )
-        logits = head(z)[:, 0] * 3.0
+        # The source, the last token and the step all count: varied tokens.
+        logits = (
+            head(z)[:, 0] * 1.5
+            + recall(y)[:, 0]
+            + bigram(tokens)
+            + by_step(index[None])
+        )
         return logits, {**state, "self": cache}, weights[:, 0, 0]
 
     return encode, step_fn
@@ -170,6 +183,60 @@ def test_streaming_file_decodes_as_keras_cached_greedy(policy, tmp_path):
     child = json.loads(done.stdout.strip().splitlines()[-1])
     assert child["engine"] == "compiled_model"
     np.testing.assert_array_equal(np.array(child["ids"]).T, streamed)
+
+
+BEAM_CHILD = """
+import json, sys
+import numpy as np
+from keras_attn_runtime import StreamingDecoder
+path, ids = sys.argv[1], np.array(json.loads(sys.argv[2]), "int32")
+decoder = StreamingDecoder(path, num_threads=1)
+beam = dict(beam_width=2, coverage_penalty=0.2, source_mask=ids != 0)
+best = decoder.beam_search({"source": ids}, 1, 2, 9, **beam)
+pieces = list(decoder.stream_beam({"source": ids}, 1, 2, 9, **beam))
+streamed = [np.concatenate([p[b] for p in pieces]).tolist() for b in range(2)]
+print(json.dumps({"ids": best["ids"].tolist(), "streamed": streamed,
+                  "score": best["score"].tolist(), "steps": len(pieces)}))
+"""
+
+
+def test_streaming_file_beam_searches_as_keras_cached_beam(tmp_path):
+    # Two sentences, two beams each: the batch-4 file's rows reordered by
+    # beam between steps, in NumPy, under CompiledModel.
+    from keras_attn import export, seq2seq
+
+    encode, step_fn = tiny_model(None)
+    ids = source_batch()[1:]
+    want = seq2seq.beam_search(
+        step_fn,
+        encode(ids),
+        START,
+        END,
+        STEPS,
+        beam_width=2,
+        coverage_penalty=0.2,
+        source_mask=ids != 0,
+    )
+    want_ids = keras.ops.convert_to_numpy(want["ids"])
+    path = str(tmp_path / "decoder.tflite")
+    spec = {"source": tf.TensorSpec([4, SOURCE], tf.int32)}
+    export.export_streaming_tflite(path, encode, step_fn, spec)
+    done = subprocess.run(
+        [sys.executable, "-c", BEAM_CHILD, path, json.dumps(ids.tolist())],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    child = json.loads(done.stdout.strip().splitlines()[-1])
+    got = np.array(child["ids"])
+    np.testing.assert_array_equal(got, want_ids[:, : got.shape[1]])
+    assert not want_ids[:, got.shape[1] :].any()
+    np.testing.assert_allclose(child["score"], want["score"], rtol=1e-4)
+    for row, streamed in zip(got, child["streamed"], strict=True):
+        assert streamed == row[row != 0].tolist()  # the winner, in pieces
+    assert child["steps"] > 1
 
 
 @pytest.mark.slow

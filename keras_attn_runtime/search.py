@@ -1,0 +1,192 @@
+"""How a streaming decoder's tokens are chosen, in NumPy: greedy, a draw
+from the caller's random numbers, and beam search one step at a time.
+
+Each follows the conventions of `keras_attn.seq2seq`'s samplers, so a
+file run here decodes as the Keras model does: padding (0) and the banned
+ids are never chosen (their logits at -1e9), a finished row gives 0, and
+`BeamSearch` ranks hypotheses as `BeamSampler` does with its defaults.
+"""
+
+import numpy as np
+
+NEG_INF = -1e9
+
+
+def greedy(logits, step):
+    """The most likely token of each row."""
+    return np.argmax(logits, axis=-1).astype("int32")
+
+
+def sample_with(uniforms, temperature=1.0, top_k=None):
+    """A `choose` that draws each step's token from the softmax of the
+    logits (over the `top_k` most likely, when given) by inverting its
+    cumulative distribution at `uniforms[step]` (`(steps, B)` numbers in
+    `[0, 1)` from the caller)."""
+    uniforms = np.asarray(uniforms, "float32")
+
+    def choose(logits, step):
+        z = np.asarray(logits, "float64") / temperature
+        if top_k is not None:
+            kth = np.sort(z, axis=-1)[:, -top_k][:, None]
+            z = np.where(z >= kth, z, -np.inf)
+        p = np.exp(z - z.max(-1, keepdims=True))
+        cdf = np.cumsum(p / p.sum(-1, keepdims=True), axis=-1)
+        u = uniforms[step][:, None]
+        picked = (cdf <= u).sum(-1)
+        return np.minimum(picked, z.shape[-1] - 1).astype("int32")
+
+    return choose
+
+
+def banned(logits, banned_ids):
+    """`logits` as float32 with padding (0) and `banned_ids` at -1e9."""
+    logits = np.array(logits, "float32")
+    logits[:, [0, *banned_ids]] = NEG_INF
+    return logits
+
+
+def log_softmax(z):
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def length_penalty_factor(length, alpha):
+    """GNMT `lp(Y) = ((5 + |Y|) / 6) ** α` (Wu et al. 2016)."""
+    return ((np.float32(5.0) + length) / np.float32(6.0)) ** np.float32(alpha)
+
+
+def coverage_penalty_value(coverage, beta, source_mask=None):
+    """GNMT `β Σ_i log(min(Σ_t p_ti, 1))`, masked positions left out and a
+    position never attended counted as `log(1e-10)`."""
+    logs = np.log(np.clip(coverage, np.float32(1e-10), np.float32(1.0)))
+    if source_mask is not None:
+        logs = np.where(source_mask, logs, np.float32(0.0))
+    return np.float32(beta) * logs.sum(-1, dtype="float32")
+
+
+def check_beam_width(beam_width):
+    if not isinstance(beam_width, int) or beam_width < 1:
+        raise ValueError(
+            "Expected beam_width to be a positive integer. "
+            f"Received: beam_width={beam_width!r}"
+        )
+
+
+class BeamSearch:
+    """Beam search with the GNMT length and coverage penalties, advanced
+    by the caller one decoder step at a time (the decoder runs
+    elsewhere: a LiteRT file's `step`).
+
+    Hypotheses are ranked by `log P(Y|X) / lp(Y) + cp(X; Y)`, as
+    `keras_attn.seq2seq.samplers.BeamSampler` ranks them with its
+    defaults (the end token counts in `|Y|`; every hypothesis carries the
+    coverage penalty); a finished hypothesis stays in the beam at no cost.
+
+    Args:
+        batch: the examples `B`; the decoder runs `B · beam_width` rows,
+            example `b`'s beams at rows `b·K ... b·K + K - 1`.
+        end_id: the token that ends a hypothesis.
+        beam_width: hypotheses kept per example. Defaults to `4`.
+        length_penalty: GNMT `α`. Defaults to `0.6`.
+        coverage_penalty: GNMT `β` (needs the decoder's alignment).
+            Defaults to `0.0`.
+        source_mask: boolean `(B, S)`: the source positions the coverage
+            counts. Defaults to `None` (all).
+        banned_ids: tokens never chosen, besides padding. Defaults to `()`.
+
+    Attributes:
+        emitted: `(B·K, steps)` int32, each row's hypothesis so far.
+        done: `(B·K,)`, the finished rows.
+    """
+
+    def __init__(
+        self,
+        batch,
+        end_id,
+        beam_width=4,
+        length_penalty=0.6,
+        coverage_penalty=0.0,
+        source_mask=None,
+        banned_ids=(),
+    ):
+        check_beam_width(beam_width)
+        k = self.k = beam_width
+        self.end_id, self.banned_ids = end_id, tuple(banned_ids)
+        self.alpha, self.beta = length_penalty, coverage_penalty
+        first = np.array([0.0] + [NEG_INF] * (k - 1), "float32")
+        self.scores = np.tile(first, (batch, 1))  # only beam 0 is live
+        self.lengths = np.zeros((batch, k), "float32")
+        self.coverage = None
+        self.source_mask = (
+            None
+            if source_mask is None
+            else np.repeat(np.asarray(source_mask, bool), k, axis=0)
+        )
+        self.done = np.zeros((batch * k,), bool)
+        self.emitted = np.zeros((batch * k, 0), "int32")
+
+    def _cover(self, coverage):  # (B·K, S) -> (B, K)
+        if not self.beta:
+            return np.zeros_like(self.scores)
+        value = coverage_penalty_value(coverage, self.beta, self.source_mask)
+        return value.reshape(-1, self.k)
+
+    def advance(self, logits, alignment=None):
+        """One step: `logits (B·K, V)` (and the `alignment (B·K, S)` when
+        the coverage counts) of every row. Returns `kept`, `(B·K,)`, the
+        rows the decoder's state must be reordered by (`state[kept]`);
+        `emitted`, `done` and the scores are updated."""
+        k, (batch, _), vocab = self.k, self.scores.shape, logits.shape[-1]
+        if self.beta and alignment is None:
+            raise ValueError(
+                "coverage_penalty needs the decoder's alignment. Received: "
+                f"coverage_penalty={self.beta!r} and alignment=None"
+            )
+        finished = self.done.reshape(-1, k)
+        pad_only = np.where(np.arange(vocab) == 0, 0.0, NEG_INF)
+        logp = log_softmax(banned(logits, self.banned_ids)).reshape(
+            -1, k, vocab
+        )
+        logp = np.where(finished[..., None], pad_only.astype("float32"), logp)
+        total = self.scores[..., None] + logp  # (B, K, V)
+        live = (~finished).astype("float32")[..., None]  # (B, K, 1)
+        new_len = np.broadcast_to(self.lengths[..., None] + live, total.shape)
+        coverage = None
+        if alignment is not None:
+            previous = self.coverage
+            if previous is None:
+                previous = np.zeros(alignment.shape, "float32")
+            coverage = previous + alignment * live.reshape(-1, 1)
+        cover = self._cover(coverage)[..., None]
+        ranked = total / length_penalty_factor(new_len, self.alpha) + cover
+        flat = ranked.reshape(batch, k * vocab)
+        top = np.argsort(-flat, axis=-1, kind="stable")[:, :k]  # (B, K)
+        beam, token = top // vocab, (top % vocab).astype("int32")
+        kept = (np.arange(batch)[:, None] * k + beam).reshape(-1)
+        self.scores = np.take_along_axis(total.reshape(batch, -1), top, 1)
+        self.lengths = np.take_along_axis(new_len.reshape(batch, -1), top, 1)
+        token = token.reshape(-1)
+        self.done = self.done[kept] | (token == self.end_id)
+        if coverage is not None:
+            self.coverage = coverage[kept]
+        self.emitted = np.concatenate(
+            [self.emitted[kept], token[:, None]], axis=1
+        )
+        return kept, token
+
+    def settled(self):
+        """`(B,)` lists: each example's tokens that every one of its beams
+        holds (a prefix of whatever hypothesis wins)."""
+        beams = self.emitted.reshape(len(self.scores), self.k, -1)
+        agree = (beams == beams[:, :1]).all(axis=1)  # (B, steps)
+        lengths = np.cumprod(agree, axis=1).sum(axis=1)
+        return [b[0, :n] for b, n in zip(beams, lengths, strict=True)]
+
+    def best(self):
+        """`(ids (B, steps), score (B,))`: each example's best hypothesis
+        (0 after its end) and its penalized score."""
+        final = self.scores / length_penalty_factor(self.lengths, self.alpha)
+        final = final + self._cover(self.coverage)
+        best = np.argmax(final, axis=-1)  # the first on ties
+        rows = np.arange(len(final)) * self.k + best
+        return self.emitted[rows], final[np.arange(len(final)), best]
