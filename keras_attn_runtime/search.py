@@ -96,6 +96,8 @@ class BeamSearch:
 
     Attributes:
         emitted: `(B·K, steps)` int32, each row's hypothesis so far.
+        aligned: `(B·K, steps, S)` float32, its alignment (`None` when
+            the decoder gives none).
         done: `(B·K,)`, the finished rows.
     """
 
@@ -124,6 +126,7 @@ class BeamSearch:
         )
         self.done = np.zeros((batch * k,), bool)
         self.emitted = np.zeros((batch * k, 0), "int32")
+        self.aligned = None
 
     def _cover(self, coverage):  # (B·K, S) -> (B, K)
         if not self.beta:
@@ -169,6 +172,9 @@ class BeamSearch:
         self.done = self.done[kept] | (token == self.end_id)
         if coverage is not None:
             self.coverage = coverage[kept]
+            step = np.asarray(alignment, "float32")[kept][:, None]
+            before = step[:, :0] if self.aligned is None else self.aligned
+            self.aligned = np.concatenate([before[kept], step], axis=1)
         self.emitted = np.concatenate(
             [self.emitted[kept], token[:, None]], axis=1
         )
@@ -183,10 +189,12 @@ class BeamSearch:
         return [b[0, :n] for b, n in zip(beams, lengths, strict=True)]
 
     def best(self):
-        """`(ids (B, steps), score (B,))`: each example's best hypothesis
-        (0 after its end) and its penalized score."""
+        """`(ids (B, steps), score (B,), alignment (B, steps, S) or
+        None)`: each example's best hypothesis (0 after its end), its
+        penalized score and its alignment."""
         final = self.scores / length_penalty_factor(self.lengths, self.alpha)
         final = final + self._cover(self.coverage)
         best = np.argmax(final, axis=-1)  # the first on ties
         rows = np.arange(len(final)) * self.k + best
-        return self.emitted[rows], final[np.arange(len(final)), best]
+        aligned = None if self.aligned is None else self.aligned[rows]
+        return self.emitted[rows], final[np.arange(len(final)), best], aligned

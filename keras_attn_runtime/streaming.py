@@ -27,7 +27,7 @@ from keras_attn_runtime.artifact import (
     metadata,
 )
 from keras_attn_runtime.engine import LiteRTModel
-from keras_attn_runtime.search import BeamSearch, greedy, sample_with
+from keras_attn_runtime.search import BeamSearch, banned, greedy, sample_with
 
 __all__ = ["StreamingDecoder", "greedy", "sample_with"]
 
@@ -88,18 +88,25 @@ class StreamingDecoder:
         `end_id` or `max_length` steps were taken; a finished row gives 0
         after its `end_id`, and padding (0) and `banned_ids` are never
         chosen, as in the searches of `keras_attn.seq2seq`."""
-        banned = [0, *banned_ids]
+        for tokens, _ in self.steps(
+            inputs, start_id, end_id, max_length, choose, banned_ids
+        ):
+            yield tokens
+
+    def steps(
+        self, inputs, start_id, end_id, max_length, choose=greedy, banned_ids=()
+    ):
+        """`stream`, yielding `(tokens (B,), alignment (B, S) or None)`."""
         inputs, rows = self._padded(inputs)
         state = self.start(**inputs)
         batch = next(iter(state.values())).shape[0]
         tokens = np.full((batch,), start_id, "int32")
         done = np.arange(batch) >= rows  # the padding rows: done at once
         for index in range(max_length):
-            logits, state, _ = self.step(tokens, index, state)
-            logits = np.array(logits, "float32")
-            logits[:, banned] = -1e9
+            logits, state, alignment = self.step(tokens, index, state)
+            logits = banned(logits, banned_ids)
             tokens = np.where(done, 0, choose(logits, index)).astype("int32")
-            yield tokens[:rows]
+            yield tokens[:rows], None if alignment is None else alignment[:rows]
             done |= tokens == end_id
             if done.all():
                 return
@@ -111,10 +118,12 @@ class StreamingDecoder:
         yielded is never taken back; the rest of the winner comes with the
         last yield. `beam` as in `beam_search`."""
         sent = None
-        for search in self._beam(inputs, start_id, end_id, max_length, beam):
+        for search in self.beam_steps(
+            inputs, start_id, end_id, max_length, **beam
+        ):
             sent = [0] * len(search.scores) if sent is None else sent
             if search.done.all() or search.emitted.shape[1] == max_length:
-                ids, _ = search.best()
+                ids = search.best()[0]
                 now = [row[: _length(row, end_id)] for row in ids]
             else:
                 now = search.settled()
@@ -122,9 +131,10 @@ class StreamingDecoder:
             sent = [len(row) for row in now]
 
     def beam_search(self, inputs, start_id, end_id, max_length, **beam):
-        """`{"ids": (B, steps), "score": (B,)}`, each example's best
-        hypothesis (0 after its end) and its penalized score, as
-        `keras_attn.seq2seq.beam_search` gives them.
+        """`{"ids": (B, steps), "score": (B,), "alignment": (B, steps, S)
+        or None}`: each example's best hypothesis (0 after its end), its
+        penalized score and alignment, as `keras_attn.seq2seq.beam_search`
+        gives them.
 
         Args:
             inputs: the `start` signature's inputs (e.g. `{"source": ids}`).
@@ -133,13 +143,16 @@ class StreamingDecoder:
                 banned_ids: as in `keras_attn_runtime.search.BeamSearch`.
                 The file's batch must hold `B · beam_width` rows.
         """
-        steps = self._beam(inputs, start_id, end_id, max_length, beam)
+        steps = self.beam_steps(inputs, start_id, end_id, max_length, **beam)
         *_, search = steps  # run to the end
-        ids, score = search.best()
-        return {"ids": ids, "score": score}
+        ids, score, alignment = search.best()
+        return {"ids": ids, "score": score, "alignment": alignment}
 
-    def _beam(self, inputs, start_id, end_id, max_length, beam):
-        """Yield the `BeamSearch` after each step of the file."""
+    def beam_steps(self, inputs, start_id, end_id, max_length, **beam):
+        """Yield the `BeamSearch` (`keras_attn_runtime.search`) after each
+        step of the file: its `emitted`, `aligned`, `settled()` and
+        `best()` say where the search stands. `beam` as in
+        `beam_search`."""
         inputs, rows = self._padded(inputs)
         state = self.start(**inputs)
         search = BeamSearch(rows, end_id, **beam)

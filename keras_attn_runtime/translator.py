@@ -10,6 +10,7 @@ from keras_attn_runtime.artifact import (
     METADATA_CONFIG,
     METADATA_SOURCE_VOCABULARY,
     METADATA_TARGET_VOCABULARY,
+    STREAMING_DECODER,
     TRANSLATOR,
     check_format,
     config_object,
@@ -18,6 +19,7 @@ from keras_attn_runtime.artifact import (
     metadata_length,
 )
 from keras_attn_runtime.engine import LiteRTModel
+from keras_attn_runtime.streaming import StreamingDecoder
 from keras_attn_runtime.text import (
     STANDARDIZERS,
     UNKNOWN_WORDS,
@@ -36,8 +38,12 @@ class LiteRTTranslator:
     Reads a file written by `keras_attn.translation.Translator.export_tflite`:
     one `translate` signature runs the whole search (one call per
     sentence), and the vocabularies and settings travel inside the file as
-    metadata. An `[UNK]` in the output is replaced by the source word the
-    attention points at; an input with no words gives `""`.
+    metadata. Or a streaming file (`keras_attn.export.
+    export_streaming_translator`: `start` and `step` signatures), decoded
+    here one token at a time with the translator's greedy or beam search;
+    `stream` then yields the words as they are decoded. An `[UNK]` in the
+    output is replaced by the source word the attention points at; an
+    input with no words gives `""`.
 
     Safe to share between threads (one lock around each translation).
 
@@ -64,20 +70,35 @@ class LiteRTTranslator:
                 f"Received: seed={seed!r}"
             )
         data, model = load_verified(model_path)
-        self.litert = LiteRTModel(
-            data, model, model_path, num_threads, accelerator
-        )
+        entries = metadata(model)
+        config = None
+        if METADATA_CONFIG in entries:
+            config = config_object(entries[METADATA_CONFIG], model_path)
+        self.decoder = None  # a streaming file's
+        if isinstance(config, dict) and config.get("format") == (
+            STREAMING_DECODER
+        ):
+            self.decoder = StreamingDecoder(
+                model_path, num_threads, accelerator
+            )
+            self.litert = self.decoder.litert
+            config = self.decoder.config.get("translator")
+        else:
+            self.litert = LiteRTModel(
+                data, model, model_path, num_threads, accelerator
+            )
         self._lock = threading.Lock()
         signatures = self.litert.signatures
-        entries = metadata(model)
-        if "translate" not in signatures or METADATA_CONFIG not in entries:
+        if config is None or (
+            self.decoder is None and "translate" not in signatures
+        ):
             raise ValueError(
                 "Expected a LiteRT translator written by keras_attn."
                 "translation.Translator.export_tflite (a 'translate' "
-                f"signature and keras_attn.config metadata). Received: "
+                "signature and keras_attn.config metadata) or by "
+                "keras_attn.export.export_streaming_translator. Received: "
                 f"{model_path!r} with signatures {sorted(signatures)}"
             )
-        config = config_object(entries[METADATA_CONFIG], model_path)
         check_format(config, TRANSLATOR, model_path)
         try:
             self._read_config(config, entries, model_path)
@@ -87,13 +108,15 @@ class LiteRTTranslator:
                 f"keras_attn.config metadata is malformed: "
                 f"{type(err).__name__} {err})"
             ) from None
-        self.runner = self.litert.runner("translate")
-        # Files written since 0.3 read the sentence's own length; earlier
-        # ones a fixed `source_length`, padded with zeros.
-        inputs = self.runner.get_input_details()
-        self.dynamic = int(inputs["source"]["shape_signature"][-1]) == -1
-        # A sampling file's random numbers, `(max_length, 1)`.
-        self.uniforms = inputs.get("uniforms", {}).get("shape")
+        self.dynamic, self.uniforms = False, None
+        if self.decoder is None:
+            self.runner = self.litert.runner("translate")
+            # Files written since 0.3 read the sentence's own length;
+            # earlier ones a fixed `source_length`, padded with zeros.
+            inputs = self.runner.get_input_details()
+            self.dynamic = int(inputs["source"]["shape_signature"][-1]) == -1
+            # A sampling file's random numbers, `(max_length, 1)`.
+            self.uniforms = inputs.get("uniforms", {}).get("shape")
         self.rng = np.random.default_rng(seed)
         self.index = {t: i for i, t in enumerate(self.source_vocab) if i > 1}
 
@@ -190,12 +213,20 @@ class LiteRTTranslator:
             return [], None, words
         feed = {"source": self.source_ids(words)}
         with self._lock:
+            if self.decoder is not None:
+                *_, (ids, align) = self._decoded(feed["source"])
+                return self._trimmed(ids, align, words)
             if self.uniforms is not None:
                 shape = tuple(int(n) for n in self.uniforms)
                 feed["uniforms"] = self.rng.random(shape, dtype="float32")
             out = self.runner(**feed)
             ids = [int(i) for i in np.asarray(out["ids"])[0]]
             align = np.array(out["alignment"][0], "float32")
+        return self._trimmed(ids, align, words)
+
+    def _trimmed(self, ids, align, words):
+        """`(ids, alignment, words)`: the output up to its end token, its
+        alignment over the source's words."""
         if self.end in ids:
             ids = ids[: ids.index(self.end)]
         ids = [i for i in ids if i > 0]
@@ -203,6 +234,31 @@ class LiteRTTranslator:
         # to its `source_length` (a size declared before the run).
         width = len(words) if self.dynamic else align.shape[-1]
         return ids, align[: len(ids), :width], words
+
+    def _decoded(self, source):
+        """A streaming file's search on `source (1, S)`: yield `(ids,
+        alignment (n, S))` of the tokens decoded so far that stay (for a
+        beam search, those its beams agree on); the last yield is the
+        whole output."""
+        config = self.decoder.config
+        args = ({"source": source}, *(config[k] for k in STREAM_IDS))
+        banned = config["banned_ids"]
+        if config["search"] == "greedy":
+            ids, rows = [], []
+            for tokens, align in self.decoder.steps(*args, banned_ids=banned):
+                ids.append(int(tokens[0]))
+                rows.append(align[0])
+                yield list(ids), np.stack(rows)
+            return
+        beam = {k: config[k] for k in BEAM_SETTINGS}
+        search = None
+        for search in self.decoder.beam_steps(
+            *args, **beam, source_mask=source != 0, banned_ids=banned
+        ):
+            n = len(search.settled()[0])
+            yield search.emitted[0, :n].tolist(), search.aligned[0, :n]
+        ids, _, align = search.best()
+        yield ids[0].tolist(), align[0]
 
     def translate(self, text, truncate=False):
         """The translation of `text` (empty for an input with no words).
@@ -215,11 +271,45 @@ class LiteRTTranslator:
         joined = " ".join(self._translate_piece(p, truncate) for p in pieces)
         return joined.strip()
 
+    def stream(self, text, truncate=False):
+        """Yield the translation of `text` in parts as a streaming file
+        decodes it (each word once its search will not change it): joined,
+        they are `translate(text)`."""
+        if self.decoder is None:
+            raise ValueError(
+                "Expected a streaming translator file (keras_attn.export."
+                "export_streaming_translator) to stream. Received: "
+                f"{self.litert.model_path!r}, one call per sentence"
+            )
+        (text,) = as_texts([text], "text")
+        pieces = [text]
+        if self.segmenter is not None:
+            pieces = segments(text, self.segmenter, self.segment_longer_than)
+        done, sent = [], ""
+        for piece in pieces:
+            words = self.source_words(piece, truncate)
+            if words:
+                with self._lock:
+                    decoded = self._decoded(self.source_ids(words))
+                    for ids, align in decoded:
+                        now = self._text(*self._trimmed(ids, align, words))
+                        so_far = " ".join([*done, now]).strip()
+                        if so_far.startswith(sent) and len(so_far) > len(sent):
+                            yield so_far[len(sent) :]
+                            sent = so_far
+            done.append(now if words else "")
+        final = " ".join(done).strip()
+        if final != sent:
+            yield final[len(sent) :]
+
     def _translate_piece(self, text, truncate):
-        ids, align, words = self.translate_ids(text, truncate)
-        # An output [UNK] copies the most attended source word among the
-        # source's own unknown words (all of them if it has none), as
-        # `keras_attn.translation.translator.copy_positions`.
+        return self._text(*self.translate_ids(text, truncate))
+
+    def _text(self, ids, align, words):
+        """The words of `ids` joined: an output [UNK] copies the most
+        attended source word among the source's own unknown words (all of
+        them if it has none), as `keras_attn.translation.translator.
+        copy_positions`."""
         unknown = [self.index.get(w, 1) == 1 for w in words]
         keep = np.array(unknown if any(unknown) else [True] * len(words))
         out = []
@@ -233,3 +323,8 @@ class LiteRTTranslator:
         for pattern, rewrite in self.detokenize:
             joined = re.sub(pattern, rewrite, joined)
         return joined.strip()
+
+
+# A streaming translator file's search settings, in its config.
+STREAM_IDS = ("start_id", "end_id", "max_length")
+BEAM_SETTINGS = ("beam_width", "length_penalty", "coverage_penalty")

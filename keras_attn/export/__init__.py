@@ -48,6 +48,7 @@ from keras_attn.export.text_models import (
     export_text_tflite,
     split_text_model,
 )
+from keras_attn.export.translator_file import export_streaming_translator
 from keras_attn.export.unroll import (
     has_rnn,
     litert_ready,
@@ -72,6 +73,7 @@ __all__ = [
     "export_saved_model",
     "export_signatures_tflite",
     "export_streaming_tflite",
+    "export_streaming_translator",
     "export_text_model",
     "export_text_tflite",
     "export_tflite",

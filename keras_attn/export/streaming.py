@@ -29,6 +29,18 @@ def _state_specs(concrete):
     ]
 
 
+def _own_buffer(tensor):
+    """`tensor`, copied once (padded by a row, then sliced): a state part
+    that a loop gives (a recurrent encoder's last state, the output of a
+    `WHILE`) has no buffer of its own, which `CompiledModel` cannot bind
+    as an output. Only `start` copies its outputs, once a sequence."""
+    import tensorflow as tf
+
+    pads = [[0, 1]] + [[0, 0]] * (tensor.shape.rank - 1)
+    begin = [0] * tensor.shape.rank
+    return tf.slice(tf.pad(tensor, pads), begin, tf.shape(tensor))
+
+
 def _start_function(start, start_signature, structure):
     """`(tf.function, state specs)`: `start` on named inputs, its state
     flattened into `state_i` outputs (its nest kept in `structure`)."""
@@ -40,7 +52,7 @@ def _start_function(start, start_signature, structure):
         state = start(**dict(zip(names, inputs, strict=True)))
         structure["state"] = state
         flat = tf.nest.flatten(state)
-        return {f"state_{i}": t for i, t in enumerate(flat)}
+        return {f"state_{i}": _own_buffer(t) for i, t in enumerate(flat)}
 
     specs = [
         tf.TensorSpec(s.shape, s.dtype, name=n)
@@ -92,6 +104,7 @@ def export_streaming_tflite(
     overwrite=False,
     quantize="none",
     settings=None,
+    metadata=None,
 ):
     """Write `path`, a LiteRT streaming decoder.
 
@@ -112,6 +125,8 @@ def export_streaming_tflite(
         quantize: `"none"`, `"float16"` or `"dynamic"` (int8 weights).
         settings: a JSON-able dict stored in the file's config (e.g. the
             start and end token ids). Defaults to `None`.
+        metadata: more `{name: bytes}` metadata entries (e.g.
+            vocabularies). Defaults to `None`.
 
     The file's signatures: `"start"` (the inputs of `start_signature` in,
     `state_i` out) and `"step"` (`tokens` `(B,)` int32, `index` `()`
@@ -132,7 +147,10 @@ def export_streaming_tflite(
         step_state=list(updated),
         **(settings or {}),
     )
-    metadata = {artifact.METADATA_CONFIG: json.dumps(config).encode()}
+    metadata = {
+        **(metadata or {}),
+        artifact.METADATA_CONFIG: json.dumps(config).encode(),
+    }
     return export_signatures_tflite(
         {START: start_fn, STEP: step},
         path,

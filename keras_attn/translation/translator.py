@@ -153,7 +153,7 @@ class Translator(tf.Module):
             [] if trackable is None else (trackable.variables)
         )
         self.model_variables = self._variables_of()
-        self._encode, self._step_fn = encode, step_fn
+        self.encode, self.step_fn = encode, step_fn  # the model's search form
         self.standardize = standardize
         self.start_id, self.end_id = vocab.index(start), vocab.index(end)
         self.unknown_id = vocab.index(unknown) if unknown in vocab else -1
@@ -183,8 +183,8 @@ class Translator(tf.Module):
     def _decode(self, source, sampler, unroll_first_step=False, uniforms=None):
         """`sampler`'s search on the source ids `(B, S)`."""
         return sampler.decode_tokens(
-            self._step_fn,
-            self._encode(source),
+            self.step_fn,
+            self.encode(source),
             self.start_id,
             self.end_id,
             self.max_length,
@@ -496,7 +496,5 @@ class Translator(tf.Module):
         def translate(source, uniforms=None):
             out = self._decode(source, sampler, unroll_first_step, uniforms)
             return static_alignment(out)
-
-        return translate
 
         return translate

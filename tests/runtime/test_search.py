@@ -65,9 +65,14 @@ def test_numpy_beam_search_ranks_as_beam_sampler(alpha, beta, width):
         rows = rows[kept]
         if search.done.all():
             break
-    ids, score = search.best()
+    ids, score, aligned = search.best()
     expected = keras.ops.convert_to_numpy(want["ids"])
     np.testing.assert_array_equal(ids, expected[:, : ids.shape[1]])
+    np.testing.assert_allclose(
+        aligned,
+        keras.ops.convert_to_numpy(want["alignment"])[:, : ids.shape[1]],
+        atol=1e-6,
+    )
     assert not expected[:, ids.shape[1] :].any()
     np.testing.assert_allclose(
         score, keras.ops.convert_to_numpy(want["score"]), rtol=1e-5

@@ -1,0 +1,66 @@
+"""A translator as a streaming LiteRT file
+(`keras_attn.export.export_streaming_translator`): the runtime's
+`LiteRTTranslator` translates with it as the Keras translator does (its
+beam search and its greedy search, unknown words copied through the
+attention, long inputs cut), and `stream` yields the same words in parts.
+"""
+
+import keras
+import pytest
+
+from keras_attn.seq2seq import samplers
+from tests.seq2seq.test_seq2seq import tiny_model, tiny_translator
+
+tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="exports need TensorFlow"
+)
+
+# "a zz b": an unknown word, copied; the last, longer than the model
+# reads, is cut into two sentences.
+TEXTS = ["a b c", "d .", "c c a b", "a", "a zz b", "b d c a . c b a d c ."]
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        samplers.BeamSampler(3, 0.6, 0.2),
+        pytest.param(samplers.GreedySampler(), marks=pytest.mark.slow),
+    ],
+)
+def test_a_streaming_translator_translates_as_keras(sampler, tmp_path):
+    from keras_attn.export import export_streaming_translator
+    from keras_attn_runtime import LiteRTTranslator
+
+    translator = tiny_translator(
+        tiny_model(),
+        sampler=sampler,
+        segmenter="english_clauses",
+        segment_longer_than=5,
+    )
+    want = translator.translate(tf.constant(TEXTS))["translation"].numpy()
+    want = [t.decode() for t in want]
+    path = str(tmp_path / "streaming.tflite")
+    export_streaming_translator(translator, path, batch_size=3)
+    lite = LiteRTTranslator(path)
+    assert lite.decoder is not None and lite.decoder.engine == "compiled_model"
+    assert [lite.translate(t) for t in TEXTS] == want
+    assert len(set(want)) > 3, want  # the sentences translate differently
+    for text, expected in zip(TEXTS, want, strict=True):
+        assert "".join(lite.stream(text)) == expected
+
+
+def test_a_translator_file_that_cannot_stream_is_named(tmp_path):
+    from keras_attn.export import export_streaming_translator
+    from keras_attn_runtime import LiteRTTranslator
+
+    translator = tiny_translator(tiny_model())
+    with pytest.raises(ValueError, match="batch_size=2"):
+        export_streaming_translator(translator, str(tmp_path / "s.tflite"), 2)
+    top_k = tiny_translator(tiny_model(), sampler="top_k")
+    with pytest.raises(ValueError, match="sampler=TopKSampler"):
+        export_streaming_translator(top_k, str(tmp_path / "s.tflite"))
+    path = str(tmp_path / "one_call.tflite")
+    translator.export_tflite(path)
+    with pytest.raises(ValueError, match="one call per sentence"):
+        next(LiteRTTranslator(path).stream("a b"))
