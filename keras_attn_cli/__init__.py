@@ -213,6 +213,13 @@ COMMANDS = (
                 action="store_true",
                 help="print the first alignment",
             ),
+            _flag(
+                "--stream",
+                action="store_true",
+                help="print the words as they are decoded, from a streaming "
+                "LiteRT translator (--model: the file, or a folder holding "
+                "streaming.tflite)",
+            ),
             _unsafe("run"),
         ),
     ),

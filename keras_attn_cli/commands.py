@@ -167,6 +167,10 @@ def _print_translations(path, texts, alignment=False, allow_unsafe=False):
 
 
 def _translate(args):
+    if args.stream:
+        from keras_attn_cli.streaming import stream_translations
+
+        return stream_translations(args)
     path = args.model and resolve_model(
         args.model, "--model", "translator", args
     )

@@ -41,7 +41,8 @@ def models_dir(args=None):
     return None
 
 
-def _model_folders(args=None):
+def model_folders(args=None):
+    """The folders under the models folder, sorted (none without one)."""
     root = models_dir(args)
     if root is None or not os.path.isdir(root):
         return []
@@ -51,7 +52,7 @@ def _model_folders(args=None):
 def find_shipped_model(args=None):
     """The first folder under the models folder holding a `model.keras`
     (the text-classifier contract: see docs/export.md)."""
-    for folder in _model_folders(args):
+    for folder in model_folders(args):
         path = os.path.join(folder, "model.keras")
         if os.path.isfile(path):
             return path
@@ -61,7 +62,7 @@ def find_shipped_model(args=None):
 def find_translator(args=None):
     """The first folder holding a `saved_model/` and the target vocabulary
     beside it (the translator contract: see docs/export.md)."""
-    for folder in _model_folders(args):
+    for folder in model_folders(args):
         path = os.path.join(folder, "saved_model")
         if os.path.isfile(
             os.path.join(path, "saved_model.pb")

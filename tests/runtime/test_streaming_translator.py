@@ -64,3 +64,28 @@ def test_a_translator_file_that_cannot_stream_is_named(tmp_path):
     translator.export_tflite(path)
     with pytest.raises(ValueError, match="one call per sentence"):
         next(LiteRTTranslator(path).stream("a b"))
+
+
+def test_translate_stream_prints_the_streamed_words(tmp_path, capsys):
+    import keras_attn_cli
+    from keras_attn.export import export_streaming_translator
+    from keras_attn_runtime import LiteRTTranslator
+
+    translator = tiny_translator(tiny_model())
+    path = str(tmp_path / "streaming.tflite")
+    export_streaming_translator(translator, path)
+    want = LiteRTTranslator(path).translate("a b c")
+    args = ["translate", "--stream", "--model", str(tmp_path), "a b c"]
+    assert keras_attn_cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert f"a b c  ->  {want}\n" in out and "(streaming)" in out
+    one_call = str(tmp_path / "one_call.tflite")
+    translator.export_tflite(one_call)
+    for flags, needle in (
+        (["--model", one_call], "one call per sentence"),
+        (["--model", str(tmp_path / "none")], "--model="),
+        (["--model", path, "--alignment"], "not both"),
+    ):
+        assert keras_attn_cli.main(["translate", "--stream", *flags, "a"]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and "Traceback" not in err, err

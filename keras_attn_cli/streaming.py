@@ -1,0 +1,68 @@
+"""`keras-attn translate --stream`: a streaming LiteRT translator
+(`keras_attn.export.export_streaming_translator`) prints each sentence's
+words as its search settles them, with NumPy and LiteRT only."""
+
+import os
+
+from keras_attn_cli.inputs import read_texts, snippet
+from keras_attn_cli.models import model_folders, models_dir, named_path
+
+# The streaming file's name in a translator folder.
+STREAMING_FILE = "streaming.tflite"
+
+
+def streaming_translator(args):
+    """The streaming file `--model` names (the file, or a folder holding
+    `streaming.tflite`), else the first translator folder under the
+    models folder that holds one."""
+    if args.model:
+        path = named_path(args.model, models_dir(args))
+        if os.path.isdir(path):
+            path = os.path.join(path, STREAMING_FILE)
+        if os.path.isfile(path):
+            return path
+        raise ValueError(
+            "Expected a streaming LiteRT translator (a .tflite file, or a "
+            f"folder holding {STREAMING_FILE}) with --stream. Received: "
+            f"--model={args.model!r}"
+        )
+    for folder in model_folders(args):
+        path = os.path.join(folder, STREAMING_FILE)
+        if os.path.isfile(path):
+            return path
+    raise ValueError(
+        f"No streaming translator ({STREAMING_FILE}) under the models "
+        "folder: write one with keras_attn.export.export_streaming_translator "
+        "and pass it with --model"
+    )
+
+
+def stream_translations(args):
+    from keras_attn_runtime import LiteRTTranslator
+
+    if args.alignment:
+        raise ValueError(
+            "Pass --alignment or --stream, not both (a stream prints words, "
+            "not the attention)"
+        )
+    path = streaming_translator(args)
+    texts = read_texts(args)
+    for text in texts:
+        if not text.strip():
+            raise ValueError(
+                "Expected a non-empty sentence. Received: "
+                f"text={snippet(text)!r}"
+            )
+    translator = LiteRTTranslator(path)
+    if translator.decoder is None:
+        raise ValueError(
+            "Expected a streaming LiteRT translator with --stream. Received: "
+            f"--model={path!r}, which translates in one call per sentence"
+        )
+    print(f"Translator: {path} (streaming)\n")
+    for text in texts:
+        print(f"{text}  ->  ", end="", flush=True)
+        for part in translator.stream(text):
+            print(part, end="", flush=True)
+        print()
+    return 0

@@ -1,0 +1,208 @@
+"""
+Title: The shipped translator as a streaming LiteRT file
+Author: keras_attn contributors
+Description: The GRU ensemble of `saved_models/translation_en_fr`, rebuilt
+from its SavedModel, written as a LiteRT file with `start` and `step`
+signatures, its recurrent state explicit, checked against the Keras
+translator's beam search and timed against the shipped one-call file.
+
+Run it: `python recipes/translation_streaming.py --out streaming.tflite`
+(a few minutes on two CPU cores), then
+`keras-attn translate --stream --model streaming.tflite "Good morning."`.
+"""
+
+"""
+## Why a streaming file
+
+The shipped `model.tflite` runs the whole beam search in one call (a
+`WHILE` loop inside the file): the caller sees nothing until the last
+token. A streaming file leaves the loop to the caller: `start` encodes
+the sentence, `step` decodes one token for every beam, and
+`keras_attn_runtime` ranks the beams in NumPy as `BeamSampler` does, so
+the words that every beam agrees on can be shown at once. The decoder's
+state (three GRU states, the encoder memories and the source mask) goes
+out of one call and into the next as plain arrays, which LiteRT's
+`CompiledModel` runs with buffers of its own.
+
+The Transformer translator (`translation_transformer.py`) would be the
+natural streaming decoder, but it does not earn a place beside the GRU
+ensemble (docs/results.md): this file streams the GRU's decoder instead.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+import translation
+
+from keras_attn.export import export_streaming_translator, versions
+from keras_attn.text import split_sentence
+from keras_attn.translation import read_pairs, references, split_by_source
+from keras_attn.translation.subwords import WordPieceVectorizer
+from keras_attn_runtime import read_vocabulary
+
+SHIPPED = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)),
+    "..",
+    "saved_models",
+    "translation_en_fr",
+)
+
+"""
+## Rebuild the shipped model
+
+The folder holds the settings (`metrics.json`), the vocabularies and the
+SavedModel's variables, each under its Keras path: the recipe's model is
+built again, quantized as it was (Keras's weight-only int8), and given
+those values. A check follows: the rebuilt translator's beam search gives
+the SavedModel's translations.
+"""
+
+
+def rebuild(folder):
+    """`(translator, hp, SavedModel)` of the shipped translator."""
+    with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
+        hp = {**translation.HPARAMS, **json.load(f)["hyperparameters"]}
+    tokens = {}
+    for side in ("source", "target"):
+        path = os.path.join(folder, f"{side}_vocabulary.txt")
+        tokens[side] = read_vocabulary(path)[2:]  # after "" and [UNK]
+    vec_en = WordPieceVectorizer(
+        tokens["source"], split_sentence, hp["source_length"]
+    )
+    vec_fr = WordPieceVectorizer(
+        tokens["target"], None, hp["target_length"] + 1
+    )
+    trainer, encode, step_fn = translation.build_models(
+        vec_en.vocabulary_size(), vec_fr.vocabulary_size(), hp
+    )
+    if hp["int8_weights"]:
+        int8 = keras.quantizers.Int8QuantizationConfig(
+            activation_quantizer=None
+        )
+        layers = (
+            keras.layers.Embedding,
+            keras.layers.Dense,
+            keras.layers.EinsumDense,
+        )
+        trainer.quantize(config=int8, filters=lambda x: isinstance(x, layers))
+    saved = tf.saved_model.load(os.path.join(folder, "saved_model"))
+    values = saved.served_variables
+    # Dropout's random seeds are not the model's: the SavedModel has none.
+    weights = [v for v in trainer.variables if "seed_generator" not in v.path]
+    if sorted(values) != sorted(v.path for v in weights):
+        raise ValueError(
+            f"The SavedModel in {folder!r} holds other variables than the "
+            "translation recipe builds with its metrics.json settings"
+        )
+    for variable in weights:
+        variable.assign(values[variable.path])
+    translator = translation.make_translator(
+        trainer, encode, step_fn, vec_en, vec_fr, hp
+    )
+    return translator, hp, saved
+
+
+"""
+## Check and time
+
+On validation sentences (the recipe's split; never the test data): the
+SavedModel, the rebuilt Keras translator and the streaming file under
+the NumPy runtime translate each; the streaming file is timed one
+sentence at a time on one thread against the shipped one-call file, with
+the time to its first words.
+"""
+
+
+def timed(translate, sentences):
+    """Median seconds of `translate(sentence)` over `sentences`."""
+    spent = []
+    for sentence in sentences:
+        begin = time.perf_counter()
+        translate(sentence)
+        spent.append(time.perf_counter() - begin)
+    return float(np.median(spent))
+
+
+def first_words(lite, sentence):
+    """Seconds until `lite.stream` yields its first part."""
+    begin = time.perf_counter()
+    for _ in lite.stream(sentence):
+        return time.perf_counter() - begin
+    return time.perf_counter() - begin
+
+
+def check(translator, saved, path, folder, sentences, timing):
+    from keras_attn_runtime import LiteRTTranslator
+
+    batch = tf.constant(sentences)
+    shipped = saved.signatures["translate"](batch)["translation"].numpy()
+    keras_out = translator.translate(batch)["translation"].numpy()
+    keras_out = [t.decode() for t in keras_out]
+    lite = LiteRTTranslator(path, num_threads=1)
+    streamed = [lite.translate(s) for s in sentences]
+    joined = ["".join(lite.stream(s)) for s in sentences[:timing]]
+    one_call = LiteRTTranslator(
+        os.path.join(folder, "model.tflite"), num_threads=1
+    )
+    subset = sentences[:timing]
+    return {
+        "sentences": len(sentences),
+        "rebuilt_equals_saved_model": sum(
+            a.decode() == b for a, b in zip(shipped, keras_out, strict=True)
+        ),
+        "streaming_equals_keras_beam": sum(
+            a == b for a, b in zip(streamed, keras_out, strict=True)
+        ),
+        "stream_parts_join_to_translation": sum(
+            a == b for a, b in zip(joined, streamed, strict=True)
+        ),
+        "engine": lite.decoder.engine,
+        "timed_sentences": len(subset),
+        "one_call_file_s": timed(one_call.translate, subset),
+        "streaming_file_s": timed(lite.translate, subset),
+        "streaming_first_words_s": float(
+            np.median([first_words(lite, s) for s in subset])
+        ),
+        "one_call_file_mb": os.path.getsize(
+            os.path.join(folder, "model.tflite")
+        )
+        / 2**20,
+        "streaming_file_mb": os.path.getsize(path) / 2**20,
+    }
+
+
+def main(out, folder=SHIPPED, pairs=None, sentences=200, timing=50):
+    translator, hp, saved = rebuild(folder)
+    export_streaming_translator(
+        translator, out, batch_size=hp["beam_width"], overwrite=True
+    )
+    _, val_pairs = split_by_source(
+        read_pairs(pairs or translation.DEFAULT_PAIRS),
+        hp["val_fraction"],
+        hp["seed"],
+    )
+    chosen = references(val_pairs)[0][:sentences]
+    report = check(translator, saved, out, folder, chosen, timing)
+    report["versions"] = versions()
+    print(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[2])
+    parser.add_argument("--out", required=True, help="the .tflite to write")
+    parser.add_argument("--model", default=SHIPPED, help="translator folder")
+    parser.add_argument("--pairs", default=None, help="the English-French TSV")
+    parser.add_argument("--sentences", type=int, default=200)
+    parser.add_argument("--timing", type=int, default=50)
+    parser.add_argument("--report", help="write the figures to this JSON")
+    args = parser.parse_args()
+    report = main(args.out, args.model, args.pairs, args.sentences, args.timing)
+    if args.report:
+        with open(args.report, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
