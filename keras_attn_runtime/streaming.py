@@ -59,15 +59,21 @@ class StreamingDecoder:
             data, model, model_path, num_threads, accelerator
         )
         self.engine = self.litert.engine
-        self._start = self.litert.runner(self.config["start"])
+        # One start, or several (e.g. prompt lengths): the first that fits.
+        names = self.config.get("starts", [self.config["start"]])
+        self._starts = {name: self.litert.runner(name) for name in names}
         self._step = self.litert.runner(self.config["step"])
         self.state_names = [f"state_{i}" for i in range(self.config["state"])]
         # What a step gives back; the rest of the state passes unchanged.
         self._updated = self.config.get("step_state", self.state_names)
 
     def start(self, **inputs):
-        """The state after `start` (e.g. `source=ids`), `{name: array}`."""
-        out = self._start(**inputs)
+        """The state after `start` (e.g. `source=ids`), `{name: array}`:
+        the inputs zero-padded to the first start they fit (rows to its
+        batch, other axes to its sizes, on the file's `padding` side)."""
+        inputs, _ = self._padded(inputs)
+        name = self._fitting(inputs)
+        out = self._starts[name](**inputs)
         return {name: out[name] for name in self.state_names}
 
     def step(self, tokens, index, state):
@@ -85,9 +91,11 @@ class StreamingDecoder:
         self, inputs, start_id, end_id, max_length, choose=greedy, banned_ids=()
     ):
         """Yield each step's tokens `(B,)` until every row has emitted
-        `end_id` or `max_length` steps were taken; a finished row gives 0
-        after its `end_id`, and padding (0) and `banned_ids` are never
-        chosen, as in the searches of `keras_attn.seq2seq`."""
+        `end_id` or `max_length` steps were taken (`start_id`: the token
+        each row starts after, one id or `(B,)`, e.g. a prompt's last); a
+        finished row gives 0 after its `end_id`, and padding (0) and
+        `banned_ids` are never chosen, as in the searches of
+        `keras_attn.seq2seq`."""
         for tokens, _ in self.steps(
             inputs, start_id, end_id, max_length, choose, banned_ids
         ):
@@ -100,7 +108,7 @@ class StreamingDecoder:
         inputs, rows = self._padded(inputs)
         state = self.start(**inputs)
         batch = next(iter(state.values())).shape[0]
-        tokens = np.full((batch,), start_id, "int32")
+        tokens = np.pad(_per_row(start_id, rows), (0, batch - rows))
         done = np.arange(batch) >= rows  # the padding rows: done at once
         for index in range(max_length):
             logits, state, alignment = self.step(tokens, index, state)
@@ -169,7 +177,7 @@ class StreamingDecoder:
         spread = np.minimum(np.arange(size), live - 1)
         first = np.repeat(np.arange(rows), search.k)[spread]
         state = {name: value[first] for name, value in state.items()}
-        tokens = np.full((live,), start_id, "int32")
+        tokens = np.repeat(_per_row(start_id, rows), search.k)
         for index in range(max_length):
             logits, state, alignment = self.step(tokens[spread], index, state)
             alignment = None if alignment is None else alignment[:live]
@@ -184,30 +192,68 @@ class StreamingDecoder:
                 return
 
     def _fixed_batch(self):
-        """The start signature's batch size, or -1 (any)."""
+        """The starts' batch size, or -1 (any)."""
         spec = self.litert.signatures[self.config["start"]]["inputs"]
         return int(next(iter(spec.values()))["shape_signature"][0])
 
+    def _fitting(self, inputs):
+        """The first start whose inputs are at least as large as
+        `inputs` on every axis but the batch."""
+        for name in self._starts:
+            spec = self.litert.signatures[name]["inputs"]
+            if all(
+                n == -1 or n >= m
+                for key, value in inputs.items()
+                for n, m in zip(
+                    spec[key]["shape_signature"][1:],
+                    np.shape(value)[1:],
+                    strict=True,
+                )
+            ):
+                return name
+        shapes = {k: list(np.shape(v)) for k, v in inputs.items()}
+        raise ValueError(
+            "Expected inputs no larger than the file's largest start. "
+            f"Received: {shapes}"
+        )
+
     def _padded(self, inputs):
-        """`(inputs, rows)`: the inputs with zero rows added up to the
-        file's fixed batch size (where it has one), and the caller's
-        rows."""
-        spec = self.litert.signatures[self.config["start"]]["inputs"]
+        """`(inputs, rows)`: the inputs zero-padded to the first start
+        they fit (rows up to its fixed batch size, where it has one, and
+        its other sizes, on the `padding` side), and the caller's rows."""
+        inputs = {k: np.asarray(v) for k, v in inputs.items()}
+        spec = self.litert.signatures[self._fitting(inputs)]["inputs"]
+        left = self.config.get("padding") == "left"
         out, rows = {}, None
         for name, value in inputs.items():
-            value = np.asarray(value)
             rows = len(value) if rows is None else rows
-            fixed = int(spec[name]["shape_signature"][0])
-            if fixed != -1 and len(value) > fixed:
+            sizes = [int(n) for n in spec[name]["shape_signature"]]
+            if sizes[0] != -1 and len(value) > sizes[0]:
                 raise ValueError(
-                    f"Expected at most {fixed} rows (the file's batch size). "
-                    f"Received: {name} with {len(value)} rows"
+                    f"Expected at most {sizes[0]} rows (the file's batch "
+                    f"size). Received: {name} with {len(value)} rows"
                 )
-            if fixed != -1 and len(value) < fixed:
-                pad = np.zeros((fixed - len(value), *value.shape[1:]))
-                value = np.concatenate([value, pad.astype(value.dtype)])
-            out[name] = value
+            more = [
+                max(n - m, 0) for n, m in zip(sizes, value.shape, strict=True)
+            ]
+            pads = [(0, more[0])] + [
+                (n, 0) if left else (0, n) for n in more[1:]
+            ]
+            out[name] = np.pad(value, pads)
         return out, rows
+
+
+def _per_row(start_id, rows):
+    """`(rows,)` int32 start tokens from one id or one per row."""
+    ids = np.asarray(start_id, "int32")
+    if ids.ndim == 0:
+        return np.full((rows,), ids, "int32")
+    if ids.shape != (rows,):
+        raise ValueError(
+            f"Expected start_id to be one id or {rows} (one per row). "
+            f"Received: start_id of shape {ids.shape}"
+        )
+    return ids
 
 
 def _length(ids, end_id):

@@ -159,7 +159,7 @@ def check(translator, saved, path, folder, sentences, timing):
             a == b for a, b in zip(streamed, keras_out, strict=True)
         ),
         "stream_parts_join_to_translation": sum(
-            a == b for a, b in zip(joined, streamed, strict=True)
+            a == b for a, b in zip(joined, streamed[:timing], strict=True)
         ),
         "engine": lite.decoder.engine,
         "timed_sentences": len(subset),

@@ -41,6 +41,26 @@ def _own_buffer(tensor):
     return tf.slice(tf.pad(tensor, pads), begin, tf.shape(tensor))
 
 
+def _start_signatures(start_signature, padding):
+    """`{signature name: {input: TensorSpec}}` of the file's starts."""
+    if padding not in ("right", "left"):
+        raise ValueError(
+            "Expected padding to be 'right' or 'left'. "
+            f"Received: padding={padding!r}"
+        )
+    if isinstance(start_signature, dict):
+        return {START: start_signature}
+    given = list(start_signature)
+    if not given or not all(isinstance(s, dict) for s in given):
+        raise ValueError(
+            "Expected start_signature to be a dict of TensorSpecs or a "
+            f"non-empty list of them. Received: start_signature={given!r}"
+        )
+    if len(given) == 1:
+        return {START: given[0]}
+    return {f"{START}_{i}": spec for i, spec in enumerate(given)}
+
+
 def _start_function(start, start_signature, structure):
     """`(tf.function, state specs)`: `start` on named inputs, its state
     flattened into `state_i` outputs (its nest kept in `structure`)."""
@@ -60,6 +80,22 @@ def _start_function(start, start_signature, structure):
     ]
     start_fn = tf.function(flat_start, input_signature=specs)
     return start_fn, _state_specs(start_fn.get_concrete_function())
+
+
+def _start_functions(start, signatures, structure):
+    """`({name: tf.function}, state specs)` of every start, which must
+    give one state form."""
+    starts, state_specs = {}, None
+    for name, spec in signatures.items():
+        starts[name], specs = _start_function(start, spec, structure)
+        if state_specs is not None and specs != state_specs:
+            raise ValueError(
+                "Expected every start to give the same state shapes. "
+                f"Received: start_signature {name} gives {specs}, not "
+                f"{state_specs}"
+            )
+        state_specs = specs
+    return starts, state_specs
 
 
 def _step_function(step_fn, state_specs, structure):
@@ -105,6 +141,7 @@ def export_streaming_tflite(
     quantize="none",
     settings=None,
     metadata=None,
+    padding="right",
 ):
     """Write `path`, a LiteRT streaming decoder.
 
@@ -120,29 +157,39 @@ def export_streaming_tflite(
             `CompiledModel` needs (it sizes an output that a value sizes,
             such as a reshape to the batch, at 1); the runtime pads a
             smaller batch with rows of zeros. A `None` batch runs under the
-            `Interpreter` only.
+            `Interpreter` only. Or a list of them, one `start` each (e.g.
+            several prompt lengths of a decoder-only stack): the runtime
+            runs the first whose inputs are long enough, the caller's
+            zero-padded to its sizes. Every start gives the same state
+            shapes.
         overwrite: replace `path` even when it is not a LiteRT file.
         quantize: `"none"`, `"float16"` or `"dynamic"` (int8 weights).
         settings: a JSON-able dict stored in the file's config (e.g. the
             start and end token ids). Defaults to `None`.
         metadata: more `{name: bytes}` metadata entries (e.g.
             vocabularies). Defaults to `None`.
+        padding: where the runtime adds zeros to make an input as long as
+            a start's: `"right"` (the default) or `"left"` (a prompt whose
+            last token stays last, for a decoder-only stack).
 
     The file's signatures: `"start"` (the inputs of `start_signature` in,
-    `state_i` out) and `"step"` (`tokens` `(B,)` int32, `index` `()`
-    int32 and `state_i` in; `logits` `(B, V)`, `state_i` and, when
-    `step_fn` gives one, `alignment` out; a state part the step leaves
-    unchanged is not an output, and the config's `step_state` lists those
-    it does give).
+    `state_i` out; with several, `"start_0"`, `"start_1"`, ...) and
+    `"step"` (`tokens` `(B,)` int32, `index` `()` int32 and `state_i` in;
+    `logits` `(B, V)`, `state_i` and, when `step_fn` gives one,
+    `alignment` out; a state part the step leaves unchanged is not an
+    output, and the config's `step_state` lists those it does give).
     """
+    signatures = _start_signatures(start_signature, padding)
     structure = {}  # the state's nest, from the first trace
-    start_fn, state_specs = _start_function(start, start_signature, structure)
+    starts, state_specs = _start_functions(start, signatures, structure)
     step, updated = _step_function(step_fn, state_specs, structure)
     config = artifact.artifact_config(
         artifact.STREAMING_DECODER,
-        start=START,
+        start=next(iter(starts)),
+        starts=list(starts),
+        padding=padding,
         step=STEP,
-        start_inputs=list(start_signature),
+        start_inputs=list(next(iter(signatures.values()))),
         state=len(state_specs),
         step_state=list(updated),
         **(settings or {}),
@@ -152,7 +199,7 @@ def export_streaming_tflite(
         artifact.METADATA_CONFIG: json.dumps(config).encode(),
     }
     return export_signatures_tflite(
-        {START: start_fn, STEP: step},
+        {**starts, STEP: step},
         path,
         overwrite=overwrite,
         metadata=metadata,

@@ -287,3 +287,102 @@ def test_equal_state_parts_merged_by_the_converter_come_back_apart(tmp_path):
     _, state, _ = decoder.step(np.array([1, 2], "int32"), 0, state)
     np.testing.assert_array_equal(state["state_0"], 1.0)
     np.testing.assert_array_equal(state["state_1"], 2.0)
+
+
+PROMPT_LENGTHS = (8, 16)  # the file's starts, one a prompt length
+RING = 24  # prompt and output fit: a window that forgets nothing
+
+
+def tiny_language_model():
+    """`prefill(prompt)` and `step_fn` of a decoder-only stack: token
+    embedding, cached causal self-attention with rotary positions over a
+    ring of `RING` positions (which skips left padding: its slots are
+    never attended), logits. The prompt is left-padded with zeros; its
+    last token is the first step's input, at position `offset`."""
+    from keras_attn import MultiHeadPositional
+
+    keras.utils.set_random_seed(11)
+    normal = keras.initializers.RandomNormal(stddev=1.0)
+    embed = keras.layers.Embedding(VOCAB, WIDTH)
+    layer = MultiHeadPositional(
+        num_heads=2,
+        key_dim=8,
+        position="rotary",
+        cache_policy=SlidingWindowCache(RING),
+    )
+    head = keras.layers.Dense(VOCAB, kernel_initializer=normal)
+    bigram = keras.layers.Embedding(VOCAB, VOCAB, embeddings_initializer=normal)
+    head(layer(embed(np.ones((1, 2), "int32"))))
+
+    def prefill(prompt):
+        context = prompt[:, :-1]
+        cache = layer.empty_cache(prompt, RING)
+        _, cache = layer(
+            embed(context),
+            query_mask=context != 0,
+            cache=cache,
+            cache_update_index=0,
+        )
+        # The position of the prompt's last token (a value, not a
+        # constant: a constant output has no buffer to bind).
+        offset = keras.ops.sum(keras.ops.cast(context >= 0, "int32"), 1)
+        return {"cache": cache, "offset": offset}
+
+    def step_fn(tokens, state, index):
+        position = index + state["offset"][0]
+        y, cache = layer(
+            embed(tokens[:, None]),
+            cache=state["cache"],
+            cache_update_index=position,
+        )
+        logits = head(y)[:, 0] * 8.0 + bigram(tokens) * 0.5
+        return logits, {**state, "cache": cache}, None
+
+    return prefill, step_fn
+
+
+def left_padded(prompts, length):
+    out = np.zeros((len(prompts), length), "int32")
+    for row, prompt in zip(out, prompts, strict=True):
+        row[length - len(prompt) :] = prompt
+    return out
+
+
+def test_a_decoder_only_stack_streams_from_prompts_of_several_lengths(
+    tmp_path,
+):
+    # One file, a start for prompts of 8 and of 16 tokens: a prompt runs
+    # through the first it fits and decodes as Keras's cached greedy
+    # search on the same padded prompt; with rotary positions and padding
+    # never attended, a prompt gives the same tokens through either.
+    from keras_attn import export, seq2seq
+    from keras_attn_runtime import StreamingDecoder
+
+    prefill, step_fn = tiny_language_model()
+    rng = np.random.default_rng(6)
+    prompts = [rng.integers(3, VOCAB, size=n) for n in (5, 6, 3)]
+    specs = [
+        {"prompt": tf.TensorSpec([4, n], tf.int32)} for n in PROMPT_LENGTHS
+    ]
+    path = str(tmp_path / "lm.tflite")
+    export.export_streaming_tflite(
+        path, prefill, step_fn, specs, padding="left"
+    )
+    decoder = StreamingDecoder(path)
+    assert sorted(decoder.litert.signatures) == ["start_0", "start_1", "step"]
+    streamed = {}
+    for length in (6, 12):  # fed as 6 and 12 columns: to 8 and 16
+        fed = left_padded(prompts, length)
+        rows = decoder.stream({"prompt": fed}, fed[:, -1], END, STEPS)
+        streamed[length] = np.stack(list(rows), 1)
+        full = left_padded(prompts, 8 if length == 6 else 16)
+        keras_ids = seq2seq.greedy_search(
+            step_fn, prefill(full), full[:, -1], END, STEPS
+        )["ids"]
+        keras_ids = keras.ops.convert_to_numpy(keras_ids)
+        width = streamed[length].shape[1]
+        np.testing.assert_array_equal(streamed[length], keras_ids[:, :width])
+    np.testing.assert_array_equal(streamed[6], streamed[12])
+    assert len({tuple(r) for r in streamed[6]}) == 3  # prompts count
+    with pytest.raises(ValueError, match="largest start"):
+        decoder.start(prompt=left_padded(prompts, 17))
