@@ -64,6 +64,21 @@ def coverage_penalty_value(coverage, beta, source_mask=None):
     return np.float32(beta) * logs.sum(-1, dtype="float32")
 
 
+def top_k(x, k):
+    """The indices of the `k` largest values of each row of `x`, largest
+    first, the lower index first among equal values (as `ops.top_k`):
+    a partition, then a sort of `k` candidates (not of the whole row)."""
+    out = np.empty((len(x), k), "int64")
+    part = np.argpartition(-x, k - 1, axis=-1)[:, :k]
+    kth = np.take_along_axis(x, part, axis=-1).min(axis=-1)
+    for row, values in enumerate(x):
+        above = np.flatnonzero(values > kth[row])
+        tied = np.flatnonzero(values == kth[row])[: k - len(above)]
+        chosen = np.concatenate([above, tied])
+        out[row] = chosen[np.lexsort((chosen, -values[chosen]))]
+    return out
+
+
 def check_beam_width(beam_width):
     if not isinstance(beam_width, int) or beam_width < 1:
         raise ValueError(
@@ -162,8 +177,7 @@ class BeamSearch:
             coverage = previous + alignment * live.reshape(-1, 1)
         cover = self._cover(coverage)[..., None]
         ranked = total / length_penalty_factor(new_len, self.alpha) + cover
-        flat = ranked.reshape(batch, k * vocab)
-        top = np.argsort(-flat, axis=-1, kind="stable")[:, :k]  # (B, K)
+        top = top_k(ranked.reshape(batch, k * vocab), k)  # (B, K)
         beam, token = top // vocab, (top % vocab).astype("int32")
         kept = (np.arange(batch)[:, None] * k + beam).reshape(-1)
         self.scores = np.take_along_axis(total.reshape(batch, -1), top, 1)

@@ -235,15 +235,15 @@ class LiteRTTranslator:
         width = len(words) if self.dynamic else align.shape[-1]
         return ids, align[: len(ids), :width], words
 
-    def _decoded(self, source):
-        """A streaming file's search on `source (1, S)`: yield `(ids,
-        alignment (n, S))` of the tokens decoded so far that stay (for a
-        beam search, those its beams agree on); the last yield is the
-        whole output."""
+    def _decoded(self, source, greedy=False):
+        """A streaming file's search (or greedy search) on `source (1,
+        S)`: yield `(ids, alignment (n, S))` of the tokens decoded so far
+        that stay (for a beam search, those its beams agree on); the last
+        yield is the whole output."""
         config = self.decoder.config
         args = ({"source": source}, *(config[k] for k in STREAM_IDS))
         banned = config["banned_ids"]
-        if config["search"] == "greedy":
+        if greedy or config["search"] == "greedy":
             ids, rows = [], []
             for tokens, align in self.decoder.steps(*args, banned_ids=banned):
                 ids.append(int(tokens[0]))
@@ -271,10 +271,11 @@ class LiteRTTranslator:
         joined = " ".join(self._translate_piece(p, truncate) for p in pieces)
         return joined.strip()
 
-    def stream(self, text, truncate=False):
+    def stream(self, text, truncate=False, greedy=False):
         """Yield the translation of `text` in parts as a streaming file
         decodes it (each word once its search will not change it): joined,
-        they are `translate(text)`."""
+        they are `translate(text)`. `greedy=True` runs greedy search
+        instead of the file's beam search: a word a step."""
         if self.decoder is None:
             raise ValueError(
                 "Expected a streaming translator file (keras_attn.export."
@@ -290,7 +291,8 @@ class LiteRTTranslator:
             words = self.source_words(piece, truncate)
             if words:
                 with self._lock:
-                    decoded = self._decoded(self.source_ids(words))
+                    source = self.source_ids(words)
+                    decoded = self._decoded(source, greedy)
                     for ids, align in decoded:
                         now = self._text(*self._trimmed(ids, align, words))
                         so_far = " ".join([*done, now]).strip()

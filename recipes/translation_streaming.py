@@ -63,8 +63,24 @@ the SavedModel's translations.
 """
 
 
-def rebuild(folder):
-    """`(translator, hp, SavedModel)` of the shipped translator."""
+def dequantized(values, path, kind):
+    """The float weight of a Keras int8 weight at `path` (`q / s`, the
+    scale `s` one per embedding row or per kernel column), else the
+    weight itself."""
+    value = values[path].numpy()
+    scale = values.get(path + "_scale")
+    if scale is None:
+        return value
+    scale = scale.numpy()
+    if kind == "embeddings":  # (V, e), one scale a row
+        return value.astype("float32") / scale.reshape(-1, 1)
+    return value.astype("float32") / scale.reshape(1, -1)  # (in, out)
+
+
+def rebuild(folder, dequantize=False):
+    """`(translator, hp, SavedModel)` of the shipped translator: its
+    Keras int8 layers as they are, or (`dequantize`) a float model of
+    their dequantized weights, for LiteRT's own int8."""
     with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
         hp = {**translation.HPARAMS, **json.load(f)["hyperparameters"]}
     tokens = {}
@@ -80,7 +96,7 @@ def rebuild(folder):
     trainer, encode, step_fn = translation.build_models(
         vec_en.vocabulary_size(), vec_fr.vocabulary_size(), hp
     )
-    if hp["int8_weights"]:
+    if hp["int8_weights"] and not dequantize:
         int8 = keras.quantizers.Int8QuantizationConfig(
             activation_quantizer=None
         )
@@ -91,16 +107,21 @@ def rebuild(folder):
         )
         trainer.quantize(config=int8, filters=lambda x: isinstance(x, layers))
     saved = tf.saved_model.load(os.path.join(folder, "saved_model"))
-    values = saved.served_variables
+    values = dict(saved.served_variables)
     # Dropout's random seeds are not the model's: the SavedModel has none.
     weights = [v for v in trainer.variables if "seed_generator" not in v.path]
-    if sorted(values) != sorted(v.path for v in weights):
+    expected = sorted(values)
+    if dequantize:
+        expected = [k for k in expected if not k.endswith("_scale")]
+    if expected != sorted(v.path for v in weights):
         raise ValueError(
             f"The SavedModel in {folder!r} holds other variables than the "
             "translation recipe builds with its metrics.json settings"
         )
     for variable in weights:
-        variable.assign(values[variable.path])
+        variable.assign(
+            dequantized(values, variable.path, variable.path.split("/")[-1])
+        )
     translator = translation.make_translator(
         trainer, encode, step_fn, vec_en, vec_fr, hp
     )
@@ -128,10 +149,10 @@ def timed(translate, sentences):
     return float(np.median(spent))
 
 
-def first_words(lite, sentence):
+def first_words(lite, sentence, greedy=False):
     """Seconds until `lite.stream` yields its first part."""
     begin = time.perf_counter()
-    for _ in lite.stream(sentence):
+    for _ in lite.stream(sentence, greedy=greedy):
         return time.perf_counter() - begin
     return time.perf_counter() - begin
 
@@ -139,8 +160,14 @@ def first_words(lite, sentence):
 def check(translator, saved, path, folder, sentences, timing):
     from keras_attn_runtime import LiteRTTranslator
 
+    def same(a, b):
+        return sum(x == y for x, y in zip(a, b, strict=True))
+
     batch = tf.constant(sentences)
     shipped = saved.signatures["translate"](batch)["translation"].numpy()
+    shipped = [t.decode() for t in shipped]
+    greedy = saved.signatures["translate_greedy"](batch)["translation"]
+    greedy = [t.decode() for t in greedy.numpy()]
     keras_out = translator.translate(batch)["translation"].numpy()
     keras_out = [t.decode() for t in keras_out]
     lite = LiteRTTranslator(path, num_threads=1)
@@ -152,14 +179,15 @@ def check(translator, saved, path, folder, sentences, timing):
     subset = sentences[:timing]
     return {
         "sentences": len(sentences),
-        "rebuilt_equals_saved_model": sum(
-            a.decode() == b for a, b in zip(shipped, keras_out, strict=True)
+        "rebuilt_equals_saved_model": same(keras_out, shipped),
+        "streaming_equals_keras_beam": same(streamed, keras_out),
+        "streaming_equals_saved_model": same(streamed, shipped),
+        "one_call_file_equals_saved_model": same(
+            [one_call.translate(s) for s in sentences], shipped
         ),
-        "streaming_equals_keras_beam": sum(
-            a == b for a, b in zip(streamed, keras_out, strict=True)
-        ),
-        "stream_parts_join_to_translation": sum(
-            a == b for a, b in zip(joined, streamed[:timing], strict=True)
+        "stream_parts_join_to_translation": same(joined, streamed[:timing]),
+        "streaming_greedy_equals_saved_model_greedy": same(
+            ["".join(lite.stream(s, greedy=True)) for s in sentences], greedy
         ),
         "engine": lite.decoder.engine,
         "timed_sentences": len(subset),
@@ -167,6 +195,9 @@ def check(translator, saved, path, folder, sentences, timing):
         "streaming_file_s": timed(lite.translate, subset),
         "streaming_first_words_s": float(
             np.median([first_words(lite, s) for s in subset])
+        ),
+        "streaming_greedy_first_word_s": float(
+            np.median([first_words(lite, s, greedy=True) for s in subset])
         ),
         "one_call_file_mb": os.path.getsize(
             os.path.join(folder, "model.tflite")
@@ -176,10 +207,26 @@ def check(translator, saved, path, folder, sentences, timing):
     }
 
 
-def main(out, folder=SHIPPED, pairs=None, sentences=200, timing=50):
-    translator, hp, saved = rebuild(folder)
+def main(
+    out,
+    folder=SHIPPED,
+    pairs=None,
+    sentences=200,
+    timing=50,
+    weights="litert_int8",
+):
+    """Write the streaming file `out` and check it. `weights`:
+    `"litert_int8"` (the dequantized weights, quantized by LiteRT as the
+    shipped one-call file is) or `"keras_int8"` (Keras's int8 layers,
+    dequantized inside every step: the SavedModel's exact numbers)."""
+    dequantize = weights == "litert_int8"
+    translator, hp, saved = rebuild(folder, dequantize)
     export_streaming_translator(
-        translator, out, batch_size=hp["beam_width"], overwrite=True
+        translator,
+        out,
+        batch_size=hp["beam_width"],
+        overwrite=True,
+        quantize="dynamic" if dequantize else "none",
     )
     _, val_pairs = split_by_source(
         read_pairs(pairs or translation.DEFAULT_PAIRS),
@@ -188,6 +235,7 @@ def main(out, folder=SHIPPED, pairs=None, sentences=200, timing=50):
     )
     chosen = references(val_pairs)[0][:sentences]
     report = check(translator, saved, out, folder, chosen, timing)
+    report["weights"] = weights
     report["versions"] = versions()
     print(json.dumps(report, indent=2))
     return report

@@ -102,3 +102,13 @@ def test_a_bad_beam_width_is_named():
         BeamSearch(1, END, coverage_penalty=0.2).advance(
             np.zeros((4, VOCAB), "float32")
         )
+
+
+def test_top_k_is_a_stable_sort_of_the_row():
+    from keras_attn_runtime.search import top_k
+
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 5, size=(6, 40)).astype("float32")  # many ties
+    for k in (1, 3, 7):
+        want = np.argsort(-x, axis=-1, kind="stable")[:, :k]
+        np.testing.assert_array_equal(top_k(x, k), want)

@@ -48,6 +48,9 @@ def test_a_streaming_translator_translates_as_keras(sampler, tmp_path):
     assert len(set(want)) > 3, want  # the sentences translate differently
     for text, expected in zip(TEXTS, want, strict=True):
         assert "".join(lite.stream(text)) == expected
+    greedy = translator.translate_greedy(tf.constant(TEXTS))["translation"]
+    greedy = [t.decode() for t in greedy.numpy()]
+    assert ["".join(lite.stream(t, greedy=True)) for t in TEXTS] == greedy
 
 
 def test_a_translator_file_that_cannot_stream_is_named(tmp_path):
