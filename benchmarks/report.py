@@ -131,7 +131,7 @@ def extras(data):
             f"{seconds:.2f} s"
         )
     if data.get("streaming"):  # benchmarks.translator_streaming
-        lines += ["", "The streaming file, greedy search:", ""]
+        lines += ["", "The streaming file, greedy and beam search:", ""]
         lines += table(data["streaming"])
     real = data.get("real_reviews")
     if real:

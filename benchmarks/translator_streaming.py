@@ -78,6 +78,49 @@ def bleu(weights, policy, beam):
     return row
 
 
+def beam_equal(hp, ids, translator, encode, step_fn, decoder):
+    """Sentences whose beam search through the streaming file (the
+    runtime's NumPy beam, `BATCH // beam_width` sentences a call) gives
+    Keras's cached beam search's ids."""
+    import keras
+
+    from keras_attn import seq2seq
+
+    beam = {
+        "beam_width": hp["beam_width"],
+        "length_penalty": hp["length_penalty"],
+        "coverage_penalty": hp["coverage_penalty"],
+    }
+    args = (translator.start_id, translator.end_id, translator.max_length)
+    want = seq2seq.beam_search(
+        step_fn,
+        encode(ids),
+        *args,
+        **beam,
+        source_mask=ids != 0,
+        banned_ids=translator.banned,
+    )["ids"]
+    want = keras.ops.convert_to_numpy(want)
+    same, rows = 0, BATCH // hp["beam_width"]
+    for i in range(0, len(ids), rows):
+        chunk = ids[i : i + rows]
+        got = decoder.beam_search(
+            {"source": chunk},
+            *args,
+            **beam,
+            source_mask=chunk != 0,
+            banned_ids=translator.banned,
+        )["ids"]
+        width = got.shape[1]
+        same += int(
+            (
+                (got == want[i : i + rows, :width]).all(axis=1)
+                & ~want[i : i + rows, width:].any(axis=1)
+            ).sum()
+        )
+    return same
+
+
 def stream_rows(weights, policy, sentences, quantize, folder):
     """Sentences whose streamed greedy ids equal Keras's, and timings."""
     import keras
@@ -86,7 +129,7 @@ def stream_rows(weights, policy, sentences, quantize, folder):
     from keras_attn import export, seq2seq
     from keras_attn_runtime import StreamingDecoder
 
-    _, val, vec_en, translator, (encode, step_fn) = setup(weights, policy)
+    hp, val, vec_en, translator, (encode, step_fn) = setup(weights, policy)
     texts = [s for s, _ in val[:sentences]]
     ids = keras.ops.convert_to_numpy(vec_en(tf.constant(texts))).astype("int32")
     start, end = translator.start_id, translator.end_id
@@ -120,6 +163,7 @@ def stream_rows(weights, policy, sentences, quantize, folder):
         for t, tokens in enumerate(steps):
             got[:, t] = tokens
         same += int((got == want).all(axis=1).sum())
+    same_beam = beam_equal(hp, ids, translator, encode, step_fn, decoder)
     first, rates = [], []
     for row in ids[:50]:
         t0 = time.perf_counter()
@@ -136,6 +180,7 @@ def stream_rows(weights, policy, sentences, quantize, folder):
         "weights": "int8 (dynamic)" if quantize == "dynamic" else "float32",
         "sentences": len(texts),
         "equal to Keras greedy": same,
+        "equal to Keras beam": same_beam,
         "first token ms": round(statistics.median(first), 2),
         "tokens/s": round(statistics.median(rates), 1),
         "file MB": round(os.path.getsize(path) / 1e6, 2),

@@ -107,7 +107,10 @@ class StreamingDecoder:
         """`stream`, yielding `(tokens (B,), alignment (B, S) or None)`."""
         inputs, rows = self._padded(inputs)
         state = self.start(**inputs)
-        batch = next(iter(state.values())).shape[0]
+        batch = self._step_batch(rows)
+        # The step's rows: the caller's, then copies of the last.
+        spread = np.minimum(np.arange(batch), rows - 1)
+        state = {name: value[spread] for name, value in state.items()}
         tokens = np.pad(_per_row(start_id, rows), (0, batch - rows))
         done = np.arange(batch) >= rows  # the padding rows: done at once
         for index in range(max_length):
@@ -164,14 +167,13 @@ class StreamingDecoder:
         inputs, rows = self._padded(inputs)
         state = self.start(**inputs)
         search = BeamSearch(rows, end_id, **beam)
-        size = next(iter(state.values())).shape[0]
-        if self._fixed_batch() != -1 and rows * search.k > size:
-            raise ValueError(
-                f"Expected beam_width · rows <= {size} (the file's batch "
-                f"size). Received: beam_width={search.k} for {rows} rows"
-            )
         live = rows * search.k
-        size = size if self._fixed_batch() != -1 else live
+        size = self._step_batch(live)
+        if live > size:
+            raise ValueError(
+                f"Expected beam_width · rows <= {size} (the file's step "
+                f"batch). Received: beam_width={search.k} for {rows} rows"
+            )
         # Row r of the file holds beam row min(r, live - 1): the beams,
         # then copies of the last one up to the file's batch size.
         spread = np.minimum(np.arange(size), live - 1)
@@ -191,10 +193,12 @@ class StreamingDecoder:
             if search.done.all():
                 return
 
-    def _fixed_batch(self):
-        """The starts' batch size, or -1 (any)."""
-        spec = self.litert.signatures[self.config["start"]]["inputs"]
-        return int(next(iter(spec.values()))["shape_signature"][0])
+    def _step_batch(self, rows):
+        """The rows a step runs: the step signature's fixed batch, or
+        `rows` where it has none."""
+        spec = self.litert.signatures[self.config["step"]]["inputs"]
+        fixed = int(spec["tokens"]["shape_signature"][0])
+        return rows if fixed == -1 else fixed
 
     def _fitting(self, inputs):
         """The first start whose inputs are at least as large as

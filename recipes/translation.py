@@ -369,6 +369,18 @@ def favour_copies(encode, step_fn, unknown_id, bonus):
     return encode_flagged, step_flagged
 
 
+def quantize_weights(trainer):
+    """Keras's weight-only int8 for the `Embedding`, `Dense` and
+    `EinsumDense` layers (activations stay float)."""
+    int8 = keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
+    layers = (
+        keras.layers.Embedding,
+        keras.layers.Dense,
+        keras.layers.EinsumDense,
+    )
+    trainer.quantize(config=int8, filters=lambda x: isinstance(x, layers))
+
+
 def make_translator(trainer, encode, step_fn, vec_en, vec_fr, hp):
     """The `Translator` of the model, copying numbers
     (`favour_copies`), with the search and cutting settings of `hp`."""
@@ -462,15 +474,7 @@ def main(
             search_method=hp["litert_search"],
         )
     if hp["int8_weights"]:  # Keras's weight-only int8, before evaluation
-        int8 = keras.quantizers.Int8QuantizationConfig(
-            activation_quantizer=None
-        )
-        layers = (
-            keras.layers.Embedding,
-            keras.layers.Dense,
-            keras.layers.EinsumDense,
-        )
-        trainer.quantize(config=int8, filters=lambda x: isinstance(x, layers))
+        quantize_weights(trainer)
     beam, examples = evaluate(translator, val_pairs)
     metrics = {
         "model": name,

@@ -83,6 +83,8 @@ def rebuild(folder, dequantize=False):
     their dequantized weights, for LiteRT's own int8."""
     with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
         hp = {**translation.HPARAMS, **json.load(f)["hyperparameters"]}
+    # Fresh layer names: the SavedModel names its variables by them.
+    keras.backend.clear_session()
     tokens = {}
     for side in ("source", "target"):
         path = os.path.join(folder, f"{side}_vocabulary.txt")
@@ -97,15 +99,7 @@ def rebuild(folder, dequantize=False):
         vec_en.vocabulary_size(), vec_fr.vocabulary_size(), hp
     )
     if hp["int8_weights"] and not dequantize:
-        int8 = keras.quantizers.Int8QuantizationConfig(
-            activation_quantizer=None
-        )
-        layers = (
-            keras.layers.Embedding,
-            keras.layers.Dense,
-            keras.layers.EinsumDense,
-        )
-        trainer.quantize(config=int8, filters=lambda x: isinstance(x, layers))
+        translation.quantize_weights(trainer)
     saved = tf.saved_model.load(os.path.join(folder, "saved_model"))
     values = dict(saved.served_variables)
     # Dropout's random seeds are not the model's: the SavedModel has none.
@@ -119,9 +113,11 @@ def rebuild(folder, dequantize=False):
             "translation recipe builds with its metrics.json settings"
         )
     for variable in weights:
-        variable.assign(
-            dequantized(values, variable.path, variable.path.split("/")[-1])
-        )
+        path = variable.path
+        if dequantize:
+            variable.assign(dequantized(values, path, path.split("/")[-1]))
+        else:
+            variable.assign(values[path])
     translator = translation.make_translator(
         trainer, encode, step_fn, vec_en, vec_fr, hp
     )

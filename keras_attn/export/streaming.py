@@ -98,7 +98,7 @@ def _start_functions(start, signatures, structure):
     return starts, state_specs
 
 
-def _step_function(step_fn, state_specs, structure):
+def _step_function(step_fn, state_specs, structure, batch=None):
     """`(tf.function, updated)`: one step of `step_fn` on `tokens`,
     `index` and the flat state; `updated` names the state parts it gives
     back (a part passed through unchanged is not an output: an output
@@ -121,7 +121,13 @@ def _step_function(step_fn, state_specs, structure):
                 updated.append(f"state_{i}")
         return out
 
-    batch = state_specs[0].shape[0] if state_specs else None
+    if batch is None and state_specs:
+        batch = state_specs[0].shape[0]
+    else:  # the state's rows as the step runs them
+        state_specs = [
+            tf.TensorSpec([batch, *spec.shape[1:]], spec.dtype, spec.name)
+            for spec in state_specs
+        ]
     step_specs = [
         tf.TensorSpec([batch], tf.int32, name="tokens"),
         tf.TensorSpec([], tf.int32, name="index"),
@@ -142,6 +148,7 @@ def export_streaming_tflite(
     settings=None,
     metadata=None,
     padding="right",
+    step_batch=None,
 ):
     """Write `path`, a LiteRT streaming decoder.
 
@@ -171,6 +178,11 @@ def export_streaming_tflite(
         padding: where the runtime adds zeros to make an input as long as
             a start's: `"right"` (the default) or `"left"` (a prompt whose
             last token stays last, for a decoder-only stack).
+        step_batch: the rows `step` runs, when not the starts' batch: a
+            beam search's `B · beam_width` rows from a start of `B`
+            (the runtime repeats each start row for its beams, so the
+            encoder runs once a sentence, not once a beam). Defaults to
+            `None` (the starts' batch).
 
     The file's signatures: `"start"` (the inputs of `start_signature` in,
     `state_i` out; with several, `"start_0"`, `"start_1"`, ...) and
@@ -182,7 +194,7 @@ def export_streaming_tflite(
     signatures = _start_signatures(start_signature, padding)
     structure = {}  # the state's nest, from the first trace
     starts, state_specs = _start_functions(start, signatures, structure)
-    step, updated = _step_function(step_fn, state_specs, structure)
+    step, updated = _step_function(step_fn, state_specs, structure, step_batch)
     config = artifact.artifact_config(
         artifact.STREAMING_DECODER,
         start=next(iter(starts)),

@@ -101,8 +101,9 @@ def export_streaming_translator(
         translator: a `keras_attn.translation.Translator` whose sampler
             is greedy or a `BeamSampler` (see `streaming_search`).
         path: the `.tflite` file.
-        batch_size: the file's rows: a beam search of width `K` decodes
-            `batch_size // K` sentences at a time. Defaults to `4`.
+        batch_size: the rows a step decodes: a beam search of width `K`
+            decodes `batch_size // K` sentences at a time (its `start`
+            encodes that many). Defaults to `4`.
         overwrite, quantize: as in `export_streaming_tflite`.
     """
     import tensorflow as tf
@@ -125,8 +126,9 @@ def export_streaming_translator(
         "max_length": translator.max_length,
         **search,
     }
+    # The encoder runs once a sentence; the step once a beam.
     spec = tf.TensorSpec(
-        [batch_size, translator.source_length], tf.int32, "source"
+        [batch_size // width, translator.source_length], tf.int32, "source"
     )
     return export_streaming_tflite(
         path,
@@ -137,4 +139,5 @@ def export_streaming_translator(
         quantize=quantize,
         settings=settings,
         metadata=entries,
+        step_batch=batch_size,
     )

@@ -132,6 +132,20 @@ def interpreter_greedy(path, ids):
     return np.stack(rows, 1)
 
 
+def in_child(script, path, ids):
+    """What `script` prints last (JSON), run on the file and `ids` in a
+    child process: a crash of LiteRT fails the test, not the run."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, path, json.dumps(ids.tolist())],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 CHILD = """
 import json, sys
 import numpy as np
@@ -172,15 +186,7 @@ def test_streaming_file_decodes_as_keras_cached_greedy(policy, tmp_path):
     np.testing.assert_array_equal(streamed, keras_ids[:, :width])
     assert not keras_ids[:, width:].any()  # nothing after every end
     # Under CompiledModel, with its own buffers, in a child process.
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, path, json.dumps(ids.tolist())],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT},
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    child = json.loads(done.stdout.strip().splitlines()[-1])
+    child = in_child(CHILD, path, ids)
     assert child["engine"] == "compiled_model"
     np.testing.assert_array_equal(np.array(child["ids"]).T, streamed)
 
@@ -221,15 +227,7 @@ def test_streaming_file_beam_searches_as_keras_cached_beam(tmp_path):
     path = str(tmp_path / "decoder.tflite")
     spec = {"source": tf.TensorSpec([4, SOURCE], tf.int32)}
     export.export_streaming_tflite(path, encode, step_fn, spec)
-    done = subprocess.run(
-        [sys.executable, "-c", BEAM_CHILD, path, json.dumps(ids.tolist())],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT},
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    child = json.loads(done.stdout.strip().splitlines()[-1])
+    child = in_child(BEAM_CHILD, path, ids)
     got = np.array(child["ids"])
     np.testing.assert_array_equal(got, want_ids[:, : got.shape[1]])
     assert not want_ids[:, got.shape[1] :].any()
