@@ -14,6 +14,7 @@ import numpy as np
 from keras_attn_cli.inputs import (  # noqa: F401  (names tests reach here)
     CHUNK,
     MAX_LINE_BYTES,
+    check_sentences,
     iter_text_lines,
     iter_texts,
     read_text_file,
@@ -108,15 +109,6 @@ def _tokens(row):
     return [t.decode() for t in row if t]
 
 
-def _check_sentences(texts, flag="text"):
-    for text in texts:
-        if not text.strip():
-            raise ValueError(
-                "Expected a non-empty sentence. Received: "
-                f"{flag}={snippet(text)!r}"
-            )
-
-
 def _check_length(out, texts, flag="text"):
     """A clear error when a translator read only the start of an input
     (its `source_truncated` output)."""
@@ -140,7 +132,7 @@ def _print_translations(path, texts, alignment=False, allow_unsafe=False):
     """Translate `texts`; print the first one's alignment as a grid."""
     import tensorflow as tf
 
-    _check_sentences(texts)
+    check_sentences(texts)
     fn = load_translator(path, allow_unsafe)
     out = run_model(fn, tf.constant(texts))
     _check_length(out, texts)
@@ -401,7 +393,7 @@ def _align(args):
     """Alignment heatmap (source × target tokens) from a translator."""
     import tensorflow as tf
 
-    _check_sentences([args.text])
+    check_sentences([args.text])
     if os.path.isdir(args.out):
         raise ValueError(
             f"Expected a file for the picture. Received: --out={args.out!r}, "

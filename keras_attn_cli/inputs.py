@@ -93,6 +93,16 @@ def read_texts(args, default=None, flag="text"):
         raise
 
 
+def check_sentences(texts, flag="text"):
+    """A clear error naming `flag` for an empty sentence among `texts`."""
+    for text in texts:
+        if not text.strip():
+            raise ValueError(
+                "Expected a non-empty sentence. Received: "
+                f"{flag}={snippet(text)!r}"
+            )
+
+
 def snippet(text, width=80):
     text = " ".join(text[: 4 * width].split())  # never splits a long text
     return text if len(text) <= width else text[: width - 3] + "..."

@@ -4,7 +4,7 @@ words as its search settles them, with NumPy and LiteRT only."""
 
 import os
 
-from keras_attn_cli.inputs import read_texts, snippet
+from keras_attn_cli.inputs import check_sentences, read_texts
 from keras_attn_cli.models import model_folders, models_dir, named_path
 
 # The streaming file's name in a translator folder.
@@ -47,12 +47,7 @@ def stream_translations(args):
         )
     path = streaming_translator(args)
     texts = read_texts(args)
-    for text in texts:
-        if not text.strip():
-            raise ValueError(
-                "Expected a non-empty sentence. Received: "
-                f"text={snippet(text)!r}"
-            )
+    check_sentences(texts)
     translator = LiteRTTranslator(path)
     if translator.decoder is None:
         raise ValueError(
