@@ -221,7 +221,6 @@ def main(
         translator,
         out,
         batch_size=hp["beam_width"],
-        overwrite=True,
         quantize="dynamic" if dequantize else "none",
     )
     _, val_pairs = split_by_source(
