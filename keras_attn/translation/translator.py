@@ -51,8 +51,7 @@ class Translator(tf.Module):
         source_vectorizer: a `TextVectorization` layer for the source text,
             with a fixed `output_sequence_length`.
         target_vocabulary: the target tokens, index = id.
-        encode, step_fn: the model, as in the module docstring (kept as
-            attributes of those names).
+        encode, step_fn: the model, as in the module docstring (kept).
         max_length: the most output tokens.
         trackable: the Keras model (or layer) holding the variables
             `encode` and `step_fn` use, so they are saved (its optimizer's
