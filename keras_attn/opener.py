@@ -13,6 +13,7 @@ import numpy as np
 
 from keras_attn_runtime import opener
 from keras_attn_runtime.opener import ModelError, find, found, open  # noqa: F401, A004
+from keras_attn_runtime.signature import Signature
 
 
 def load_saved_model(path, allow_unsafe=False):
@@ -83,7 +84,7 @@ class SavedModelArtifact:
         self.signatures = {}
         for name, function in self.functions.items():
             _, inputs = function.structured_input_signature
-            self.signatures[name] = (
+            self.signatures[name] = Signature(
                 {k: _spec(v) for k, v in inputs.items()},
                 {k: _spec(v) for k, v in function.structured_outputs.items()},
             )
@@ -114,7 +115,7 @@ class KerasArtifact:
             f"output_{i}" for i in range(len(outputs))
         ]
         self.signatures = {
-            opener.DEFAULT_SIGNATURE: (
+            opener.DEFAULT_SIGNATURE: Signature(
                 {self.input: (str(tensor.dtype), list(tensor.shape))},
                 {
                     n: (str(t.dtype), list(t.shape))

@@ -34,6 +34,7 @@ from keras_attn_cli.models import (  # noqa: F401
     run_model,
     saved_classifier,
 )
+from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
 SAMPLE_REVIEWS = [
     "One of the best films I have seen in years. The acting is superb and "
@@ -343,8 +344,8 @@ def _runtime_scorer(artifact):
     ids past padding and the unknown token."""
     kind = {"litert": "LiteRT", "onnx": "ONNX"}[artifact.kind]
     clf = getattr(artifact, "classifier", None)
-    default = artifact.signatures.get("serving_default", ((), {}))
-    outputs = [] if clf is None else sorted(default[1])
+    default = artifact.signatures.get(DEFAULT_SIGNATURE)
+    outputs = [] if clf is None or default is None else sorted(default.outputs)
     if "probability" not in outputs:
         what = "a translator" if clf is None else f"outputs {outputs}"
         raise ValueError(

@@ -370,7 +370,8 @@ def _refusing_malformed(handler):
 
 def build_server(models, dataplane, host, port, access):
     """A `grpc.aio` server on `host:port` with TensorFlow Serving's and
-    KServe's v2 services over `models` (`{name: ServedModel}`)."""
+    KServe's v2 services over `models` (`{name: ServedModel}`), and the
+    port it bound (0: it could not)."""
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
 
     # KServe's errors (unknown model, bad input) become their status
@@ -379,7 +380,10 @@ def build_server(models, dataplane, host, port, access):
     from kserve.protocol.grpc.servicer import InferenceServicer
 
     server = grpc.aio.server(
-        interceptors=(Gate(access), ExceptionToStatusInterceptor())
+        interceptors=(Gate(access), ExceptionToStatusInterceptor()),
+        # gRPC's default SO_REUSEPORT lets a second server listen on a
+        # port in use, and clients' calls then reach either one.
+        options=(("grpc.so_reuseport", 0),),
     )
     if has_tensorflow_serving_api():
         from tensorflow_serving.apis import (
@@ -397,10 +401,8 @@ def build_server(models, dataplane, host, port, access):
     grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         InferenceServicer(dataplane, None), server
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
-    if not bound:
-        raise ValueError(
-            f"Could not listen on {host}:{port} for gRPC. Received: "
-            f"--grpc-port={port}"
-        )
-    return server
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # grpcio raises where older releases returned 0
+        bound = 0
+    return server, bound

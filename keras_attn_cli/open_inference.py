@@ -18,8 +18,8 @@ import numpy as np
 
 from keras_attn_cli.tf_serving_api import RequestError
 
-# NumPy dtype names (as `tf_serving_api.Signature` spells them) and
-# their v2 datatypes.
+# NumPy dtype names (as a runtime `Signature` spells them) and their v2
+# datatypes.
 DATATYPES = {
     "string": "BYTES",
     "object": "BYTES",

@@ -40,16 +40,12 @@ BATCHING = {"max_batch_size": 32, "batch_wait_ms": 5.0}
 def load_backend(path, allow_unsafe=False, accelerator="cpu"):
     """The artifact at `path` (`keras_attn_runtime.opener.open`): a SavedModel
     folder, a `.tflite`, `.keras` or `.onnx` file (`accelerator`: where
-    LiteRT runs a `.tflite`), its signatures as `tf_serving_api`'s."""
+    LiteRT runs a `.tflite`)."""
     from keras_attn_runtime import opener
 
-    artifact = opener.open(
+    return opener.open(
         path, accelerator, allow_unsafe=allow_unsafe, flag="MODEL"
     )
-    artifact.signatures = {
-        name: api.Signature(*io) for name, io in artifact.signatures.items()
-    }
-    return artifact
 
 
 # --- Batching: concurrent requests merged into one model call. ---
@@ -265,6 +261,24 @@ def serve(
         raise ValueError(
             f"Two models would be served under one name. Received: {names}"
         )
+    access = {**http_routes.ACCESS, **(access or {})}
+    # Ports first: a busy one is refused before minutes of loading, and
+    # before anything says "serving".
+    sock = _listen(host, port, "--port")
+    if access.get("grpc_port", 0):
+        _listen(host, access["grpc_port"], "--grpc-port").close()
+    try:
+        models = _load_models(
+            artifacts, limits, batching, log, allow_unsafe, accelerator
+        )
+    except BaseException:
+        sock.close()
+        raise
+    return _run_server(models, host, sock, limits, log, access)
+
+
+def _load_models(artifacts, limits, batching, log, allow_unsafe, accelerator):
+    """`{registered name: ServedModel}` of `artifacts` (see `serve`)."""
     ServedModel = _kserve_model_class()
     models = {}
     for name, versions in artifacts:
@@ -278,8 +292,7 @@ def serve(
             models[key] = ServedModel(key, backend, limits, batching, version)
             took = time.perf_counter() - start
             log(f"loaded {name} version {version} from {path} in {took:.1f} s")
-    access = {**http_routes.ACCESS, **(access or {})}
-    return _run_server(models, host, port, limits, log, access)
+    return models
 
 
 def _grpc_services():
@@ -295,11 +308,50 @@ def _grpc_services():
     )
 
 
-def _run_server(models, host, port, limits, log, access):
+class PortInUse(OSError):
+    """A port that cannot be listened on (another process holds it, or
+    the host is not this machine's); the message names the flag."""
+
+    def __init__(self, flag, host, port):
+        super().__init__(
+            f"Could not listen on {host}:{port} (in use by another process, "
+            f"or not an address of this machine): choose another {flag}. "
+            f"Received: {flag}={port}"
+        )
+
+
+def _listen(host, port, flag):
+    """A TCP socket listening on `host:port` (without SO_REUSEPORT: a
+    port another server holds, gRPC's included, is refused), or
+    `PortInUse` naming `flag`."""
+    import socket
+
+    try:
+        return socket.create_server((host, port), backlog=2048)
+    except OSError:
+        raise PortInUse(flag, host, port) from None
+
+
+def _serving_line(models, host, port, grpc_port):
+    return (
+        f"serving {sorted(models)} on http://{host}:{port} (TensorFlow "
+        "Serving's REST API: /v1/models/NAME[:predict|/metadata]; KServe "
+        "v2: /v2/models/NAME[/infer])"
+        + (
+            f" and gRPC {host}:{grpc_port} ({_grpc_services()})"
+            if grpc_port
+            else ""
+        )
+    )
+
+
+def _run_server(models, host, sock, limits, log, access):
     import kserve
+    import uvicorn
     from kserve.model_server import app
     from kserve.protocol.rest.server import RESTServer
 
+    port = sock.getsockname()[1]
     server = kserve.ModelServer(
         http_port=port, enable_grpc=False, enable_latency_logging=False
     )
@@ -322,29 +374,26 @@ def _run_server(models, host, port, limits, log, access):
     # raises the signal again: these handlers make that a clean exit.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda number, frame: stopping.append(number))
-    log(
-        f"serving {sorted(models)} on http://{host}:{port} (TensorFlow "
-        "Serving's REST API: /v1/models/NAME[:predict|/metadata]; KServe "
-        "v2: /v2/models/NAME[/infer])"
-        + (
-            f" and gRPC {host}:{grpc_port} ({_grpc_services()})"
-            if grpc_port
-            else ""
-        )
-    )
 
     async def run():
         rpc = None
         if grpc_port:  # built in the loop it runs on
             from keras_attn_cli import grpc_api
 
-            rpc = grpc_api.build_server(
+            rpc, bound = grpc_api.build_server(
                 models, server.dataplane, host, grpc_port, access
             )
-            await rpc.start()
+            if not bound:
+                raise PortInUse("--grpc-port", host, grpc_port)
+        # Both ports are bound: only now does the server say it serves.
+        log(_serving_line(models, host, port, grpc_port))
         try:
-            await rest.start()
+            if rpc is not None:
+                await rpc.start()
+            rest.create_application()
+            await uvicorn.Server(rest.config).serve(sockets=[sock])
         finally:
+            sock.close()
             if rpc is not None:
                 await rpc.stop(grace=30)
 

@@ -21,43 +21,11 @@ import json
 
 import numpy as np
 
-DEFAULT_SIGNATURE = "serving_default"
+from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
 
 class RequestError(ValueError):
     """A request that cannot be served; its message says why (a 400)."""
-
-
-class Signature:
-    """What a signature takes and gives: `inputs` and `outputs` map names
-    to `(dtype, shape)` with NumPy dtype names (`"string"` for strings)
-    and `None` for unknown sizes; `batched` says whether requests may be
-    merged into one call: every output has a known rank, and where a size
-    past the batch varies (a translator's tokens and attention, as wide as
-    the longest input of a call), each request's part is cut back to its
-    own width (`own_part`)."""
-
-    def __init__(self, inputs, outputs):
-        self.inputs = dict(inputs)
-        self.outputs = dict(outputs)
-        self.batched = all(
-            shape is not None for _, shape in self.outputs.values()
-        )
-
-    def own_part(self, outputs, start, count):
-        """Rows `start:start + count` of a merged call's `outputs`, each
-        axis whose size varies cut to the last position any of these rows
-        fills (not padding: `b""` or `""` for text, 0 for numbers), as a
-        call on these rows alone would give."""
-        part = {}
-        for name, array in outputs.items():
-            rows = array[start : start + count]
-            shape = self.outputs.get(name, (None, None))[1] or []
-            for axis, size in enumerate(shape[1:], start=1):
-                if size is None and rows.shape[axis]:
-                    rows = _cut_padding(rows, axis)
-            part[name] = rows
-        return part
 
 
 def parse_json(body):
@@ -90,19 +58,6 @@ def _decode_string(value, where):
     raise RequestError(
         f"Expected a string in {where}. Received: {_shown(value)}"
     )
-
-
-def _cut_padding(array, axis):
-    """`array` up to the last index along `axis` holding a value other
-    than padding."""
-    if array.dtype.kind in "OSU":
-        filled = np.vectorize(lambda v: len(v) > 0, otypes=[bool])(array)
-    else:
-        filled = array != 0
-    others = tuple(a for a in range(array.ndim) if a != axis)
-    used = np.flatnonzero(filled.any(axis=others)) if array.size else []
-    width = int(used[-1]) + 1 if len(used) else 0
-    return np.take(array, np.arange(width), axis=axis)
 
 
 def _shown(value):

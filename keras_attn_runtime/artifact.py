@@ -296,11 +296,15 @@ def _onnx_tensors(graph):
 
 
 def config_object(raw, model_path):
-    """The JSON object of a model's `keras_attn.config` metadata; a
-    `ValueError` naming the file when it is not one."""
+    """The JSON object of a model's `keras_attn.config` metadata (bytes,
+    or text as ONNX's `metadata_props` hold it; `None`: the file has none,
+    `{}`); a `ValueError` naming the file when it is not one."""
+    if raw is None:
+        return {}
     try:
-        config = json.loads(bytes(raw).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        data = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+        config = json.loads(data.decode("utf-8"))
+    except (UnicodeError, ValueError, RecursionError):
         config = None
     if not isinstance(config, dict):
         raise ValueError(

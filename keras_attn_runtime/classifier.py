@@ -1,7 +1,6 @@
 """Text classifiers exported by `keras_attn.export`, run with LiteRT or
 onnxruntime and NumPy: no Keras, no TensorFlow."""
 
-import json
 import os
 import threading
 
@@ -13,6 +12,7 @@ from keras_attn_runtime.artifact import (
     TEXT_CLASSIFIER,
     check_external_data,
     check_format,
+    config_object,
     length_axes,
     load_verified,
     metadata,
@@ -61,15 +61,7 @@ class OnnxClassifier:
         vocabulary = check_vocabulary(
             meta[METADATA_VOCABULARY].split("\n"), model_path
         )
-        try:
-            config = json.loads(meta.get(METADATA_CONFIG, "{}"))
-        except ValueError:
-            config = None
-        if not isinstance(config, dict):
-            raise ValueError(
-                f"Not a valid ONNX model: {model_path!r} (its "
-                "keras_attn.config metadata is not a JSON object)"
-            )
+        config = config_object(meta.get(METADATA_CONFIG), model_path)
         check_format(config, TEXT_CLASSIFIER, model_path)
         check_external_data(proto, model_path)
         length = metadata_length(
@@ -107,36 +99,29 @@ class LiteRTClassifier:
         model_path: the `.tflite` file.
         vocabulary_path: one token per line, for models without an
             embedded vocabulary. Defaults to `None`.
-        num_threads: CPU threads. Defaults to `None` (LiteRT's choice).
+        num_threads: CPU threads (`None`: LiteRT's choice). Defaults to
+            `1`.
         accelerator: `"cpu"` (the default), `"gpu"` or `"npu"`, with the
             CPU running what the accelerator cannot
             (`self.litert.fully_accelerated`).
+        cpu_kernels: `"builtin"` (the default: the same numbers for the
+            same input, whatever the threads, the load or the callers) or
+            `"xnnpack"` (faster; see `keras_attn_runtime.engine.
+            LiteRTModel`).
     """
 
     def __init__(
         self,
         model_path,
         vocabulary_path=None,
-        num_threads=None,
+        num_threads=1,
         accelerator="cpu",
+        cpu_kernels="builtin",
     ):
         data, model = load_verified(model_path)
         meta = metadata(model)
-        config = {}
-        if METADATA_CONFIG in meta:
-            try:
-                config = json.loads(meta[METADATA_CONFIG].decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
-                raise ValueError(
-                    f"Not a valid LiteRT model: {model_path!r} (its "
-                    f"{METADATA_CONFIG} metadata is not JSON)"
-                ) from None
-            if not isinstance(config, dict):
-                raise ValueError(
-                    f"Not a valid LiteRT model: {model_path!r} (its "
-                    f"{METADATA_CONFIG} metadata is not a JSON object)"
-                )
-            check_format(config, TEXT_CLASSIFIER, model_path)
+        config = config_object(meta.get(METADATA_CONFIG), model_path)
+        check_format(config, TEXT_CLASSIFIER, model_path)
         if vocabulary_path is not None:
             vocabulary = read_vocabulary(vocabulary_path)
         elif METADATA_VOCABULARY in meta:
@@ -152,7 +137,7 @@ class LiteRTClassifier:
             )
         self.config = config
         self.litert = LiteRTModel(
-            data, model, model_path, num_threads, accelerator
+            data, model, model_path, num_threads, accelerator, cpu_kernels
         )
         self._lock = threading.Lock()
         keys = sorted(self.litert.signatures)

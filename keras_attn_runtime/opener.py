@@ -9,15 +9,13 @@ in (TensorFlow Serving's first):
 3. its one `.tflite` or `.onnx` file.
 
 An artifact has `path`, `kind` (`"saved_model"`, `"keras"`, `"litert"`,
-`"onnx"`) and `signatures` (`{name: (inputs, outputs)}`, each mapping
-names to `(dtype, shape)`: NumPy dtype names, `"string"` for text, `None`
-for unknown sizes), and runs one with `run(name, inputs) -> {name:
+`"onnx"`) and `signatures` (`{name: keras_attn_runtime.signature.
+Signature}`), and runs one with `run(name, inputs) -> {name:
 array}`. This runtime opens the LiteRT and ONNX files (NumPy, LiteRT,
 onnxruntime) itself, and SavedModels and `.keras` files through
 `keras_attn.opener` (TensorFlow and Keras), imported only for them.
 """
 
-import json
 import os
 
 import numpy as np
@@ -25,14 +23,15 @@ import numpy as np
 from keras_attn_runtime.artifact import (
     METADATA_CONFIG,
     TRANSLATOR,
+    config_object,
     format_of,
     load_verified,
     metadata,
 )
+from keras_attn_runtime.signature import DEFAULT_SIGNATURE, Signature
 
 KINDS = ("saved_model", "keras", "litert", "onnx")
 SUFFIXES = {".keras": "keras", ".tflite": "litert", ".onnx": "onnx"}
-DEFAULT_SIGNATURE = "serving_default"  # TensorFlow Serving's default key
 TEXT = {"text": ("string", [None])}
 
 
@@ -96,15 +95,12 @@ class TextClassifierArtifact:
     def __init__(self, path, kind, classifier):
         self.path, self.kind, self.classifier = path, kind, classifier
         outputs = _outputs_of(classifier.predict([""]))
-        self.signatures = {DEFAULT_SIGNATURE: (TEXT, outputs)}
+        self.signatures = {DEFAULT_SIGNATURE: Signature(TEXT, outputs)}
 
     def run(self, signature, inputs):
         texts = _texts(inputs)
         if not texts:
-            return {
-                k: np.zeros([0, *shape[1:]], dtype)
-                for k, (dtype, shape) in self.signatures[signature][1].items()
-            }
+            return self.signatures[signature].empty_outputs()
         return self.classifier.predict(texts)
 
 
@@ -116,7 +112,7 @@ class TranslatorArtifact:
 
     def __init__(self, path, translator):
         self.path, self.translator = path, translator
-        io = (TEXT, {"translation": ("string", [None])})
+        io = Signature(TEXT, {"translation": ("string", [None])})
         self.signatures = {DEFAULT_SIGNATURE: io, "translate": io}
 
     def run(self, signature, inputs):
@@ -130,7 +126,7 @@ def open_litert(path, accelerator="cpu", vocabulary_path=None):
     from keras_attn_runtime.translator import LiteRTTranslator
 
     _, model = load_verified(path)
-    config = json.loads(metadata(model).get(METADATA_CONFIG, b"{}"))
+    config = config_object(metadata(model).get(METADATA_CONFIG), path)
     if format_of(config) == TRANSLATOR:
         return TranslatorArtifact(
             path, LiteRTTranslator(path, accelerator=accelerator)

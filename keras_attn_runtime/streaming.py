@@ -37,15 +37,26 @@ class StreamingDecoder:
 
     Args:
         model_path: the `.tflite` file.
-        num_threads: CPU threads. Defaults to `None` (LiteRT's choice).
+        num_threads: CPU threads (`None`: LiteRT's choice). Defaults to
+            `1`.
         accelerator: `"cpu"` (the default), `"gpu"` or `"npu"`.
+        cpu_kernels: `"builtin"` (the default: the same numbers for the
+            same input, whatever the threads, the load or the callers) or
+            `"xnnpack"` (faster; see `keras_attn_runtime.engine.
+            LiteRTModel`).
 
     Attributes:
         config: the settings the exporter stored (`settings` included).
         engine: `"compiled_model"` or `"interpreter"`.
     """
 
-    def __init__(self, model_path, num_threads=None, accelerator="cpu"):
+    def __init__(
+        self,
+        model_path,
+        num_threads=1,
+        accelerator="cpu",
+        cpu_kernels="builtin",
+    ):
         data, model = load_verified(model_path)
         meta = metadata(model)
         if METADATA_CONFIG not in meta:
@@ -56,7 +67,7 @@ class StreamingDecoder:
         self.config = config_object(meta[METADATA_CONFIG], model_path)
         check_format(self.config, STREAMING_DECODER, model_path)
         self.litert = LiteRTModel(
-            data, model, model_path, num_threads, accelerator
+            data, model, model_path, num_threads, accelerator, cpu_kernels
         )
         self.engine = self.litert.engine
         # One start, or several (e.g. prompt lengths): the first that fits.

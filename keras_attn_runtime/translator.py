@@ -49,18 +49,27 @@ class LiteRTTranslator:
 
     Args:
         model_path: the `.tflite` file.
-        num_threads: LiteRT's CPU threads. Defaults to `None` (LiteRT's
-            choice).
+        num_threads: LiteRT's CPU threads (`None`: LiteRT's choice).
+            Defaults to `1`.
         seed: for a file that samples (exported with a random sampler,
             whose `uniforms` input takes one number in `[0, 1)` per output
             token): the seed of NumPy's generator that draws them. Defaults
             to `None` (fresh entropy).
         accelerator: `"cpu"` (the default), `"gpu"` or `"npu"` (see
             `keras_attn_runtime.engine.LiteRTModel`).
+        cpu_kernels: `"builtin"` (the default: the same numbers for the
+            same input, whatever the threads, the load or the callers) or
+            `"xnnpack"` (faster; see `keras_attn_runtime.engine.
+            LiteRTModel`).
     """
 
     def __init__(
-        self, model_path, num_threads=None, seed=None, accelerator="cpu"
+        self,
+        model_path,
+        num_threads=1,
+        seed=None,
+        accelerator="cpu",
+        cpu_kernels="builtin",
     ):
         if seed is not None and (
             isinstance(seed, bool) or not isinstance(seed, int) or seed < 0
@@ -79,13 +88,13 @@ class LiteRTTranslator:
             STREAMING_DECODER
         ):
             self.decoder = StreamingDecoder(
-                model_path, num_threads, accelerator
+                model_path, num_threads, accelerator, cpu_kernels
             )
             self.litert = self.decoder.litert
             config = self.decoder.config.get("translator")
         else:
             self.litert = LiteRTModel(
-                data, model, model_path, num_threads, accelerator
+                data, model, model_path, num_threads, accelerator, cpu_kernels
             )
         self._lock = threading.Lock()
         signatures = self.litert.signatures

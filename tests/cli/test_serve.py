@@ -196,6 +196,52 @@ def test_litert_file_served_through_the_runtime(server):
     np.testing.assert_allclose(probability, want, atol=1e-6)
 
 
+@pytest.mark.parametrize("model", ["imdb_edge", "imdb_micro", "imdb_ssa"])
+@pytest.mark.parametrize("form", ["instances", "inputs"])
+def test_an_empty_request_gets_no_rows_from_every_kind(server, model, form):
+    # The LiteRT models answered 500: the server swapped the opener's
+    # signatures for another type, which the empty-request path indexed.
+    status, got = post(server, model, {form: []})
+    assert status == 200, got
+    answer = got["predictions" if form == "instances" else "outputs"]
+    if isinstance(answer, dict):  # the columnar form: a batch per output
+        assert answer and all(v == [] for v in answer.values()), answer
+    else:
+        assert answer == []
+
+
+def serve_exit(*args):
+    """`(exit code, output)` of a `keras-attn serve` expected to fail."""
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_attn_cli", "serve", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("busy", ["--port", "--grpc-port"])
+def test_a_busy_port_is_refused_naming_the_flag(served, busy):
+    # gRPC's SO_REUSEPORT let a second server share the first one's gRPC
+    # port (clients' calls reached either); a busy HTTP port exited 3
+    # with a uvicorn log line. Both said "serving" first.
+    port, grpc_port = served
+    taken = {"--port": port, "--grpc-port": grpc_port}[busy]
+    ports = {"--port": free_port(), "--grpc-port": free_port(), busy: taken}
+    flags = [str(part) for item in ports.items() for part in item]
+    code, out, err = serve_exit("imdb_micro", *flags)
+    assert code == 2, (out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert f"{busy}={taken}" in lines[0] and f":{taken}" in lines[0]
+    assert "serving" not in out + err
+    # The running server still answers alone on both ports.
+    status, _ = post(port, "imdb_micro", {"instances": ["fine"]})
+    assert status == 200
+
+
 def test_litert_backend_imports_no_tensorflow():
     path = os.path.join(SHIPPED, "imdb_edge", "model_full_int8.tflite")
     code = (

@@ -145,3 +145,97 @@ def test_one_reading_of_a_litert_file_answers_every_edge_question():
             edge_targets.edge_problems(path, target)
         )
     assert edge_targets.output_names(model) == edge_targets.output_names(path)
+
+
+# Metadata a hand-edited or hostile file may carry: each is refused with a
+# `ValueError` naming the file (a JSON list ended in `AttributeError: 'list'
+# object has no attribute 'get'`).
+MALFORMED_CONFIGS = {
+    "a list": b"[1, 2]",
+    "a string": b'"text_classifier"',
+    "a number": b"3",
+    "null": b"null",
+    "not JSON": b"{format: 1",
+    "not UTF-8": b'{"format": "\xff"}',
+    "nested too deep": b"[" * 100_000 + b"]" * 100_000,
+    "a format that is a list": b'{"format": ["keras_attn.translator"]}',
+    "a version that is text": b'{"version": "2"}',
+    "a newer version": b'{"version": 99}',
+    "a length that is text": b'{"max_length": "8"}',
+    "a negative length": b'{"max_length": -1}',
+    "a huge length": b'{"max_length": 1e12}',
+    "length axes that are a number": b'{"length_axes": 3}',
+    "length axes of text": b'{"length_axes": {"attention": ["x"]}}',
+    "a translator's format without its keys": (
+        b'{"format": "keras_attn.translator"}'
+    ),
+}
+
+
+def with_config(data, raw, path):
+    from keras_attn.export import with_metadata
+
+    path.write_bytes(with_metadata(data, {"keras_attn.config": raw}))
+    return str(path)
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_CONFIGS))
+def test_malformed_litert_metadata_is_refused_naming_the_file(tmp_path, case):
+    pytest.importorskip("ai_edge_litert")
+    shipped = os.path.join(
+        ROOT, "saved_models", "imdb_micro", "model_int8.tflite"
+    )
+    if not os.path.isfile(shipped):
+        pytest.skip("no shipped imdb_micro file")
+    with open(shipped, "rb") as f:
+        data = f.read()
+    path = with_config(data, MALFORMED_CONFIGS[case], tmp_path / "bad.tflite")
+    with pytest.raises(ValueError, match="bad.tflite"):
+        opener.open(path)
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_CONFIGS))
+def test_malformed_onnx_metadata_is_refused_naming_the_file(tmp_path, case):
+    pytest.importorskip("onnxruntime")
+    import onnx
+
+    path = tiny_onnx_classifier(str(tmp_path / "bad.onnx"))
+    model = onnx.load(path)
+    for prop in model.metadata_props:
+        if prop.key == "keras_attn.config":
+            raw = MALFORMED_CONFIGS[case]
+            prop.value = (
+                raw.decode("utf-8", "surrogateescape")
+                .encode("utf-8", "replace")
+                .decode("utf-8")
+            )
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    with pytest.raises(ValueError, match="bad.onnx"):
+        opener.open(path)
+
+
+def test_the_command_line_says_one_line_for_a_list_config(tmp_path):
+    import subprocess
+    import sys
+
+    pytest.importorskip("ai_edge_litert")
+    shipped = os.path.join(
+        ROOT, "saved_models", "imdb_micro", "model_int8.tflite"
+    )
+    if not os.path.isfile(shipped):
+        pytest.skip("no shipped imdb_micro file")
+    with open(shipped, "rb") as f:
+        path = with_config(f.read(), b"[1, 2]", tmp_path / "bad.tflite")
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_attn_cli", "predict", path, "fine"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"keras-attn: error: Not a valid model: {path!r} (its "
+        "keras_attn.config metadata is not a JSON object)"
+    ]

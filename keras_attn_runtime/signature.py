@@ -1,0 +1,84 @@
+"""What a model's signature takes and gives: one type, from the opener
+that reads a model file to every protocol that serves it.
+
+A `Signature`'s `inputs` and `outputs` map tensor names to `(dtype,
+shape)`: NumPy dtype names (`"string"` for text) and shapes with `None`
+for sizes known only at run time (`None` for an unknown rank).
+"""
+
+import numpy as np
+
+# TensorFlow Serving's default signature key, the one a request without
+# `signature_name` calls.
+DEFAULT_SIGNATURE = "serving_default"
+
+
+class Signature:
+    """A signature's tensors, and how merged requests split again.
+
+    Args:
+        inputs: `{name: (dtype, shape)}` of its inputs.
+        outputs: `{name: (dtype, shape)}` of its outputs.
+
+    Attributes:
+        batched: whether requests may be merged into one call: every
+            output has a known rank. Where a size past the batch varies
+            (a translator's tokens and attention, as wide as the longest
+            input of a call), each request's part is cut back to its own
+            width (`own_part`).
+    """
+
+    def __init__(self, inputs, outputs):
+        self.inputs = dict(inputs)
+        self.outputs = dict(outputs)
+        self.batched = all(
+            shape is not None for _, shape in self.outputs.values()
+        )
+
+    def __repr__(self):
+        return f"Signature(inputs={self.inputs!r}, outputs={self.outputs!r})"
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, Signature)
+            and self.inputs == other.inputs
+            and self.outputs == other.outputs
+        )
+
+    def empty_outputs(self):
+        """The outputs of a call on no examples: zero rows of each output's
+        dtype and known sizes (`None` sizes past the batch as 0)."""
+        out = {}
+        for name, (dtype, shape) in self.outputs.items():
+            rest = [0 if n is None else n for n in (shape or [None])[1:]]
+            kind = object if dtype == "string" else dtype
+            out[name] = np.zeros([0, *rest], kind)
+        return out
+
+    def own_part(self, outputs, start, count):
+        """Rows `start:start + count` of a merged call's `outputs`, each
+        axis whose size varies cut to the last position any of these rows
+        fills (not padding: `b""` or `""` for text, 0 for numbers), as a
+        call on these rows alone would give."""
+        part = {}
+        for name, array in outputs.items():
+            rows = array[start : start + count]
+            shape = self.outputs.get(name, (None, None))[1] or []
+            for axis, size in enumerate(shape[1:], start=1):
+                if size is None and rows.shape[axis]:
+                    rows = _cut_padding(rows, axis)
+            part[name] = rows
+        return part
+
+
+def _cut_padding(array, axis):
+    """`array` up to the last index along `axis` holding a value other
+    than padding."""
+    if array.dtype.kind in "OSU":
+        filled = np.vectorize(lambda v: len(v) > 0, otypes=[bool])(array)
+    else:
+        filled = array != 0
+    others = tuple(a for a in range(array.ndim) if a != axis)
+    used = np.flatnonzero(filled.any(axis=others)) if array.size else []
+    width = int(used[-1]) + 1 if len(used) else 0
+    return np.take(array, np.arange(width), axis=axis)
