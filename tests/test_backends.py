@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYER_SUITE = [
     "tests/layers/test_attention.py",
     "tests/layers/test_structured_self_attention.py",
+    "tests/layers/test_masking_after_rnn.py",
     "tests/layers/test_multi_head_positional.py",
     "tests/ops/test_positional.py",
     "tests/layers/test_bad_input.py",

@@ -38,3 +38,9 @@ def test_readme_snippets_run(tmp_path):
     assert "(1, 4, 20)" in printed
     assert (tmp_path / "m.tflite").is_file()
     assert (tmp_path / "out_sm" / "saved_model.pb").is_file()
+
+
+def test_the_front_page_stays_a_front_page():
+    # At most 200 lines: reference material belongs in docs/.
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        assert len(f.read().splitlines()) <= 200

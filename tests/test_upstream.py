@@ -11,6 +11,7 @@ change (they stopped propagating masks) changes no answer.
 """
 
 import inspect
+import warnings
 
 import keras
 import numpy as np
@@ -90,6 +91,26 @@ def test_layer_call_fills_named_masks_from_keras_masks():
         embedded, return_attention_scores=True
     )
     assert np.asarray(hops)[0, :, 2:].max() == 0.0
+
+
+def test_a_recurrent_output_carries_a_mask_only_where_keras_passes_it():
+    """Where Keras stops passing a mask through an RNN (3.16), a layer
+    after it sees none: why our models hand masks over by name."""
+    tokens = np.array([[3, 4, 0, 0]], "int32")
+    embedded = keras.layers.Embedding(10, 3, mask_zero=True)(tokens)
+    for rnn in (
+        keras.layers.LSTM(2, return_sequences=True),
+        keras.layers.Bidirectional(keras.layers.GRU(2, return_sequences=True)),
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # 3.16 warns of the lost mask
+            out = rnn(embedded)
+        carried = getattr(out, "_keras_mask", None) is not None
+        assert carried == upstream.RNN_OUTPUT_CARRIES_MASK, (
+            f"Keras {keras.version()}: {type(rnn).__name__}'s output "
+            f"{'carries' if carried else 'lost'} the mask; update "
+            "tests/upstream.py"
+        )
 
 
 def test_known_upstream_bugs_are_expected_only_where_they_are():

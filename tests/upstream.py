@@ -17,3 +17,9 @@ KERAS = Version(keras.version())
 EINSUM_BIAS_ON_TIME_AXIS = (
     keras.backend.backend() == "tensorflow" and KERAS < Version("3.16.0.dev0")
 )
+
+# `RNN` and `Bidirectional` pass their input's mask on to their output up
+# to 3.15; the 3.16 nightly builds set `supports_masking = False`, and a
+# layer after them gets no mask (checked on 3.16.0.dev2026102704). Our
+# models hand the mask to each layer by name (docs/development.md).
+RNN_OUTPUT_CARRIES_MASK = KERAS < Version("3.16.0.dev0")

@@ -46,17 +46,19 @@ def build_text_model(policy=None, encoder="rnn"):
         )
         vec.adapt(np.array(TEXTS[:60], dtype=object))
         tokens = keras.Input((LENGTH,), dtype="int64")
+        # The mask by name: from Keras 3.16 an RNN's output carries none.
+        mask = keras.ops.not_equal(tokens, 0)
         x = keras.layers.Embedding(1000, 256, mask_zero=True)(tokens)
         if encoder == "rnn":
             x = keras.layers.Bidirectional(
                 keras.layers.LSTM(4, return_sequences=True)
-            )(x)
+            )(x, mask=mask)
         else:
             x = keras_attn.MultiHeadPositional(
                 2, 4, feed_forward="per_head", output_dim=8
-            )(x)
+            )(x, query_mask=mask, value_mask=mask)
         m, a = keras_attn.StructuredSelfAttention(8, 3)(
-            x, return_attention_scores=True
+            x, mask=mask, return_attention_scores=True
         )
         prob = keras.layers.Dense(1, "sigmoid", dtype="float32")(
             keras.layers.Flatten()(m)
