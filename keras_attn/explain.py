@@ -365,11 +365,7 @@ def write_heatmap(result, path, tokens_per_column=40):
     """PNG heatmap of `A`, tokens down (labels as written, horizontal,
     10 pt), hops across, wrapped into columns of `tokens_per_column`
     tokens so that every token of a long text is shown."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     a = np.asarray(result["attention"])
     labels = heatmap_labels(result)
     hops, n = a.shape[0], max(len(labels), 1)
@@ -420,21 +416,40 @@ def write_heatmap(result, path, tokens_per_column=40):
     return path
 
 
-def explain(model_path, text, out_dir, overwrite=False):
-    """Write `attention.html` and `attention.png` for `text` in `out_dir`."""
-    check_outputs(out_dir, overwrite)
-    model = load_text_model(model_path)
-    result = attend(model, text)[0]
-    os.makedirs(out_dir, exist_ok=True)
-    return (
-        result,
-        write_html(result, os.path.join(out_dir, "attention.html")),
-        write_heatmap(result, os.path.join(out_dir, "attention.png")),
+def pyplot():
+    """Matplotlib's `pyplot` on its file backend (`Agg`); a
+    `ModuleNotFoundError` naming `matplotlib` before anything is written
+    when it is not installed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_alignment_heatmap(source, target, attention, path):
+    """PNG heatmap of a translation's attention: `attention` `(len(target),
+    len(source))`, French words down, English across; `target` empty (the
+    model wrote nothing) is said on the picture. Written atomically."""
+    plt = pyplot()
+    attention = np.asarray(attention, "float32")
+    if not target:
+        target, attention = ["(no output)"], np.zeros((1, len(source)))
+    fig, ax = plt.subplots(
+        figsize=(max(5.0, 2.5 + 0.5 * len(source)), 1.8 + 0.4 * len(target)),
+        layout="constrained",
     )
-
-
-def load_text_model(path):
-    """Load a `.keras` file (or a folder holding `model.keras`)."""
-    from keras_attn.opener import load_keras_model
-
-    return load_keras_model(path)
+    image = ax.imshow(attention, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(len(source)))
+    ax.set_xticklabels(source, rotation=60, ha="right")
+    ax.set_yticks(range(len(target)))
+    ax.set_yticklabels(target)
+    ax.set_xlabel("English (source)")
+    ax.set_ylabel("French (output)")
+    ax.set_title("Attention of each French word", fontsize=10)
+    fig.colorbar(image, ax=ax, label="attention weight")
+    with _replacing(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+    return path

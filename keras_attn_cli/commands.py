@@ -14,6 +14,7 @@ import numpy as np
 from keras_attn_cli.inputs import (  # noqa: F401  (names tests reach here)
     CHUNK,
     MAX_LINE_BYTES,
+    check_clause_lengths,
     check_sentences,
     iter_text_lines,
     iter_texts,
@@ -129,11 +130,27 @@ def _check_length(out, texts, flag="text"):
             )
 
 
+def _print_grid(text, source, target, attention):
+    """A translation's attention as a grid of digits (weight x 10)."""
+    if not source or not target:
+        print(f"\nNo alignment for {text!r}: no tokens.")
+        return
+    print(f"\nAttention for {text!r} (weight x 10, rows French):")
+    width = max(len(w) for w in source) + 1
+    print(" " * 12 + "".join(w.rjust(width) for w in source))
+    for i, word in enumerate(target):
+        cells = "".join(
+            str(min(9, int(attention[i, j] * 10))).rjust(width)
+            for j in range(len(source))
+        )
+        print(word[:11].ljust(12) + cells)
+
+
 def _print_translations(path, texts, alignment=False, allow_unsafe=False):
-    """Translate `texts`; print the first one's alignment as a grid."""
+    """Translate `texts` with the SavedModel translator at `path`; print
+    the first one's alignment as a grid."""
     import tensorflow as tf
 
-    check_sentences(texts)
     fn = load_translator(path, allow_unsafe)
     out = run_model(fn, tf.constant(texts))
     _check_length(out, texts)
@@ -143,19 +160,24 @@ def _print_translations(path, texts, alignment=False, allow_unsafe=False):
     if alignment:
         src = _tokens(out["source_tokens"].numpy()[0])
         tgt = _tokens(out["target_tokens"].numpy()[0])
-        if not src or not tgt:
-            print(f"\nNo alignment for {texts[0]!r}: no tokens.")
-            return 0
-        att = out["attention"].numpy()[0]
-        print(f"\nAttention for {texts[0]!r} (weight x 10, rows French):")
-        width = max(len(w) for w in src) + 1
-        print(" " * 12 + "".join(w.rjust(width) for w in src))
-        for i, word in enumerate(tgt):
-            cells = "".join(
-                str(min(9, int(att[i, j] * 10))).rjust(width)
-                for j in range(len(src))
-            )
-            print(word[:11].ljust(12) + cells)
+        _print_grid(texts[0], src, tgt, out["attention"].numpy()[0])
+    return 0
+
+
+def _print_litert_translations(path, texts, alignment=False):
+    """`_print_translations` for a LiteRT translator (`.tflite`)."""
+    from keras_attn_runtime import LiteRTTranslator
+
+    translator = LiteRTTranslator(path)
+    check_clause_lengths(translator, texts)
+    out = [translator.translate(text) for text in texts]
+    print(f"Translator: {path}\n")
+    for text, fr in zip(texts, out, strict=True):
+        print(f"{text}  ->  {fr}")
+    if alignment:
+        ids, attention, words = translator.translate_ids(texts[0])
+        target = [translator.target_vocab[i] for i in ids]
+        _print_grid(texts[0], words, target, attention)
     return 0
 
 
@@ -176,6 +198,9 @@ def _translate(args):
             "install the shipped ones (`pip install keras-attn-models`)."
         )
     texts = read_texts(args)
+    check_sentences(texts)
+    if path.endswith(".tflite"):
+        return _print_litert_translations(path, texts, args.alignment)
     return _print_translations(
         path, texts, args.alignment, args.allow_unsafe_ops
     )
@@ -208,7 +233,8 @@ def _explain(args):
             f"Expected a folder for the pictures. Received: --out="
             f"{args.out!r}, which is an existing file"
         )
-    path = resolve_model(args.model, "model", "keras", args)
+    path = resolve_model(args.model, "model", "explain", args)
+    explain.pyplot()  # matplotlib, or an error before anything is written
     if path.endswith(".tflite"):  # the edge file's own attention
         from keras_attn_runtime import opener
 
@@ -392,7 +418,7 @@ def _probabilities(out):
 
 def _align(args):
     """Alignment heatmap (source × target tokens) from a translator."""
-    import tensorflow as tf
+    from keras_attn import explain
 
     check_sentences([args.text])
     if os.path.isdir(args.out):
@@ -407,44 +433,48 @@ def _align(args):
                     f"Refusing to replace a file that is not a PNG picture. "
                     f"Received: --out={args.out!r}"
                 )
-    fn = load_translator(
-        resolve_model(args.model, "model", "translator", args),
-        args.allow_unsafe_ops,
-    )
-    out = run_model(fn, tf.constant([args.text]))
-    _check_length(out, [args.text])
-    src = [t.decode() for t in out["source_tokens"].numpy()[0] if t]
-    tgt = [t.decode() for t in out["target_tokens"].numpy()[0] if t]
+    explain.pyplot()  # matplotlib, or an error before anything is printed
+    path = resolve_model(args.model, "model", "translator", args)
+    if path.endswith(".tflite"):
+        french, src, tgt, att = _litert_alignment(path, args.text)
+    else:
+        french, src, tgt, att = _saved_model_alignment(
+            path, args.text, args.allow_unsafe_ops
+        )
     if not src:
         raise ValueError(
             f"No tokens to align: the translator found none in {args.text!r}"
         )
-    att = out["attention"].numpy()[0][: len(tgt), : len(src)]
-    if not tgt:  # the model wrote nothing: say so on the picture
-        tgt, att = ["(no output)"], np.zeros((1, len(src)))
-    print(out["translation"].numpy()[0].decode())
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(
-        figsize=(max(5.0, 2.5 + 0.5 * len(src)), 1.8 + 0.4 * len(tgt)),
-        layout="constrained",
-    )
-    image = ax.imshow(att, cmap="Blues", vmin=0, vmax=1)
-    ax.set_xticks(range(len(src)))
-    ax.set_xticklabels(src, rotation=60, ha="right")
-    ax.set_yticks(range(len(tgt)))
-    ax.set_yticklabels(tgt)
-    ax.set_xlabel("English (source)")
-    ax.set_ylabel("French (output)")
-    ax.set_title("Attention of each French word", fontsize=10)
-    fig.colorbar(image, ax=ax, label="attention weight")
-    fig.savefig(args.out, dpi=120)
-    plt.close(fig)
+    explain.write_alignment_heatmap(src, tgt, att, args.out)
+    print(french)
     print(f"wrote {args.out}")
     return 0
+
+
+def _saved_model_alignment(path, text, allow_unsafe):
+    """`(translation, source tokens, target tokens, attention)` of `text`
+    from the SavedModel translator at `path`."""
+    import tensorflow as tf
+
+    out = run_model(load_translator(path, allow_unsafe), tf.constant([text]))
+    _check_length(out, [text])
+    src = _tokens(out["source_tokens"].numpy()[0])
+    tgt = _tokens(out["target_tokens"].numpy()[0])
+    att = out["attention"].numpy()[0][: len(tgt), : len(src)]
+    return out["translation"].numpy()[0].decode(), src, tgt, att
+
+
+def _litert_alignment(path, text):
+    """`_saved_model_alignment` for a LiteRT translator (one piece: the
+    alignment of a text cut into clauses would be several pictures)."""
+    from keras_attn_runtime import LiteRTTranslator
+
+    translator = LiteRTTranslator(path)
+    check_clause_lengths(translator, [text])
+    ids, att, src = translator.translate_ids(text)
+    tgt = [translator.target_vocab[i] for i in ids]
+    att = np.zeros((0, len(src))) if att is None else att
+    return translator.translate(text), src, tgt, att
 
 
 def _serve(args):

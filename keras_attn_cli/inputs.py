@@ -9,11 +9,13 @@ MAX_LINE_BYTES = 1 << 16
 CHUNK = 256
 
 
-def iter_text_lines(path, flag, limit=MAX_LINE_BYTES):
-    """The non-blank lines of a UTF-8 file (`-`: standard input), one at a
-    time, each cut at `limit` bytes (the rest of a longer line is read
-    and dropped): memory stays bounded however long the input. Errors
-    name `flag`, the option that gave the path."""
+def iter_text_lines(path, flag, limit=MAX_LINE_BYTES, blank=False):
+    """The lines of a UTF-8 file (`-`: standard input), one at a time,
+    each cut at `limit` bytes (the rest of a longer line is read and
+    dropped): memory stays bounded however long the input. Blank lines
+    are kept when `blank` (a row each, so that N lines in give N rows
+    out), else skipped. Errors name `flag`, the option that gave the
+    path."""
     if path != "-" and not os.path.isfile(path):
         raise ValueError(f"No such file. Received: {flag}={path!r}")
     f = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
@@ -40,7 +42,7 @@ def iter_text_lines(path, flag, limit=MAX_LINE_BYTES):
                     f"{start + err.start}). Received: {flag}={path!r}"
                 ) from None
             for part in text.splitlines():  # \r and other line breaks
-                if part.strip():
+                if blank or part.strip():
                     yield part
     finally:
         if f is not sys.stdin.buffer:
@@ -67,15 +69,24 @@ def read_text_file(path, flag):
 
 
 def iter_texts(args, flag="text"):
-    """Positional texts, then `--file` lines, one at a time."""
+    """Positional texts, then every `--file` line (a blank one included:
+    one row per line), one at a time."""
     given = False
     for text in getattr(args, "text", None) or []:
         given = True
         yield text[:MAX_LINE_BYTES]
-    if getattr(args, "file", None) is not None:
-        for text in iter_text_lines(args.file, "--file"):
-            given = True
+    path = getattr(args, "file", None)
+    if path is not None:
+        read = False
+        for text in iter_text_lines(path, "--file", blank=True):
+            given = read = True
             yield text
+        if not read:
+            where = "standard input" if path == "-" else "the file"
+            raise ValueError(
+                f"Expected at least one line of text. Received: --file="
+                f"{path!r}, and {where} is empty"
+            )
     if not given:
         raise ValueError(
             f"Nothing to read: give {flag} arguments or --file. "
@@ -94,15 +105,41 @@ def read_texts(args, default=None, flag="text"):
 
 
 def check_sentences(texts, flag="text"):
-    """A clear error naming `flag` for an empty sentence among `texts`."""
-    for text in texts:
+    """A clear error naming `flag` for a sentence among `texts` that is
+    empty or has no letter or digit (emoji or punctuation only: nothing a
+    translator reads as a word)."""
+    for i, text in enumerate(texts):
+        where = flag if len(texts) == 1 else f"{flag} {i + 1} of {len(texts)}"
         if not text.strip():
             raise ValueError(
-                "Expected a non-empty sentence. Received: "
-                f"{flag}={snippet(text)!r}"
+                f"Expected a non-empty sentence. Received: {where}="
+                f"{snippet(text)!r}"
+            )
+        if not any(c.isalnum() for c in text):
+            raise ValueError(
+                "Expected a sentence with at least one letter or digit. "
+                f"Received: {where}={snippet(text)!r}"
             )
 
 
 def snippet(text, width=80):
     text = " ".join(text[: 4 * width].split())  # never splits a long text
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def check_clause_lengths(translator, texts, flag="text"):
+    """A clear error naming `flag`, before anything is printed, for a text
+    with a piece longer than a LiteRT `translator` reads (the piece it
+    would cut)."""
+    for text in texts:
+        for piece in translator.pieces(text):
+            try:
+                translator.source_tokens(piece)
+            except ValueError:
+                kind = "words" if translator.subwords is None else "tokens"
+                raise ValueError(
+                    f"Expected at most {translator.length} {kind} per "
+                    "sentence or clause (the translator reads no more). "
+                    f"Received: {flag}={snippet(text)!r}; split it into "
+                    "shorter sentences"
+                ) from None

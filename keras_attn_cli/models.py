@@ -100,11 +100,21 @@ def _folder_file(folder, want):
     `saved_model/` for `"translator"`."""
     if want == "any":
         return artifact_in(folder)
-    if want == "keras":
+    if want in ("keras", "explain"):
         if os.path.isfile(os.path.join(folder, "saved_model.pb")):
             folder = os.path.dirname(os.path.abspath(folder))
         found = os.path.normpath(os.path.join(folder, "model.keras"))
-        return found if os.path.isfile(found) else None
+        if os.path.isfile(found):
+            return found
+        if want == "explain":  # else a LiteRT file with its attention
+            found = artifact_in(folder)
+            return found if found and found.endswith(".tflite") else None
+        return None
+    if want == "translator" and artifact_in(folder) is not None:
+        # A SavedModel translator first, else its LiteRT file.
+        found = artifact_in(folder)
+        if found.endswith(".tflite"):
+            return found
     for name in (".", "saved_model"):
         found = os.path.normpath(os.path.join(folder, name))
         if os.path.isfile(os.path.join(found, "saved_model.pb")):
@@ -116,9 +126,11 @@ def resolve_model(value, flag, want, args=None):
     """One way to name a model for every command: an artifact file, a
     folder holding one (`artifact_in`'s order), a SavedModel folder, or a
     shipped model's name (a folder under the models folder). `want`:
-    `"keras"` (a `.keras` file, for `explain`), `"translator"` (a
-    translator SavedModel folder) or `"any"` (what `predict` runs). A
-    `ValueError` naming `flag` when nothing fits."""
+    `"keras"` (a `.keras` file), `"explain"` (a `.keras` file, else a
+    folder's `.tflite`), `"translator"` (a translator SavedModel folder,
+    else a folder's LiteRT translator) or `"any"` (what `predict` runs).
+    A `ValueError` naming `flag` when nothing fits: one that says so
+    when the path does not exist."""
     path = named_path(value, models_dir(args))
     if os.path.isfile(path):
         return path
@@ -127,13 +139,17 @@ def resolve_model(value, flag, want, args=None):
         return found
     kinds = {
         "keras": "a .keras file or a folder holding model.keras",
-        "translator": "a translator SavedModel folder or its parent",
+        "explain": "a .keras file or a .tflite with an attention output, or "
+        "a folder holding one",
+        "translator": "a translator SavedModel folder, a LiteRT translator, "
+        "or a folder holding one",
         "any": "a .keras, .tflite or .onnx file, a SavedModel folder, or a "
         "folder holding one",
     }[want]
+    missing = "" if os.path.exists(path) else ", which does not exist"
     raise ValueError(
         f"Expected {kinds} (or a shipped model's name). Received: "
-        f"{flag}={value!r}"
+        f"{flag}={value!r}{missing}"
     )
 
 

@@ -4,7 +4,11 @@ words as its search settles them, with NumPy and LiteRT only."""
 
 import os
 
-from keras_attn_cli.inputs import check_sentences, read_texts
+from keras_attn_cli.inputs import (
+    check_clause_lengths,
+    check_sentences,
+    read_texts,
+)
 from keras_attn_cli.models import model_folders, models_dir, named_path
 
 # The streaming file's name in a translator folder.
@@ -54,6 +58,7 @@ def stream_translations(args):
             "Expected a streaming LiteRT translator with --stream. Received: "
             f"--model={path!r}, which translates in one call per sentence"
         )
+    check_clause_lengths(translator, texts)  # before any half line
     print(f"Translator: {path} (streaming)\n")
     for text in texts:
         print(f"{text}  ->  ", end="", flush=True)

@@ -269,15 +269,27 @@ class LiteRTTranslator:
         ids, _, align = search.best()
         yield ids[0].tolist(), align[0]
 
+    def pieces(self, text):
+        """The pieces `translate` translates one by one: `text` itself, or
+        its clauses for a file written with a `segmenter` (a long input
+        cut where the segmenter allows)."""
+        (text,) = as_texts([text], "text")
+        if self.segmenter is None:
+            return [text]
+        return segments(text, self.segmenter, self.segment_longer_than)
+
     def translate(self, text, truncate=False):
-        """The translation of `text` (empty for an input with no words).
-        A file written with a `segmenter` cuts a long input into pieces,
-        translated one by one (`translate_ids` takes one piece)."""
+        """The translation of `text` (empty for an input with no words),
+        or of each text of a list. A file written with a `segmenter` cuts
+        a long input into pieces, translated one by one (`translate_ids`
+        takes one piece)."""
+        if not isinstance(text, str):
+            texts = as_texts(text, "text")
+            return [self.translate(t, truncate) for t in texts]
+        parts = self.pieces(text)
         if self.segmenter is None:
             return self._translate_piece(text, truncate)
-        (text,) = as_texts([text], "text")
-        pieces = segments(text, self.segmenter, self.segment_longer_than)
-        joined = " ".join(self._translate_piece(p, truncate) for p in pieces)
+        joined = " ".join(self._translate_piece(p, truncate) for p in parts)
         return joined.strip()
 
     def stream(self, text, truncate=False, greedy=False):
