@@ -97,6 +97,10 @@ GLOBAL_FLAGS = (
     ),
 )
 
+# `keras-attn serve --log-level`'s choices (`keras_attn_cli.serve`'s
+# LOG_LEVELS; a test ties them).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
 # `keras-attn serve`'s settings: (flag, type, default, help). The
 # defaults are `keras_attn_cli.serve`'s LIMITS and BATCHING.
 SERVE_FLAGS = (
@@ -288,6 +292,20 @@ COMMANDS = (
                 action="store_true",
                 help="turn on KServe's /v2/repository load and unload "
                 "routes (default: off)",
+            ),
+            _flag(
+                "--model-name",
+                default=None,
+                metavar="NAME",
+                help="the name clients use for the one model served "
+                "(default: its folder's or file's name)",
+            ),
+            _flag(
+                "--log-level",
+                default="info",
+                choices=LOG_LEVELS,
+                help="the server's log: info logs each request, warning "
+                "each client error in one line (default: info)",
             ),
             _flag(
                 "--enable-docs",

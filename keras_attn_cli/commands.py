@@ -511,6 +511,14 @@ def _serve(args):
     artifacts = [
         models.served_versions(v, root, args.model_versions) for v in values
     ]
+    if args.model_name is not None:
+        if len(artifacts) != 1:
+            raise ValueError(
+                "Expected one model with --model-name. Received: "
+                f"--model-name={args.model_name!r} for {len(artifacts)} models"
+            )
+        models.check_model_name(args.model_name)
+        artifacts = [(args.model_name, artifacts[0][1])]
     limits = {key: getattr(args, key) for key in serve.LIMITS}
     batching = {key: getattr(args, key) for key in serve.BATCHING}
     return serve.serve(
@@ -522,6 +530,7 @@ def _serve(args):
         batching,
         log=lambda line: print(f"keras-attn serve: {line}", flush=True),
         accelerator=args.accelerator,
+        log_level=args.log_level,
         access={
             "token": http_routes.read_token(args.auth_token_file),
             "model_management": args.enable_model_management,

@@ -195,10 +195,11 @@ async def predict(models, request, context):
             array = to_numpy(proto)
             tensors.append((name, oip.datatype(array.dtype), array))
         inputs = oip.parse_infer(tensors, signatures[key], model.limits)
+        wanted = api.output_filter(list(request.output_filter), signatures[key])
     except api.RequestError as err:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
     try:
-        out = await model.run(key, inputs)
+        out = api.filtered(await model.run(key, inputs), wanted)
     except Exception as err:  # the model's own failure, named
         await context.abort(grpc.StatusCode.INTERNAL, str(err))
     response = predict_pb2.PredictResponse()
@@ -368,6 +369,37 @@ def _refusing_malformed(handler):
     )
 
 
+def _client_errors(kserve_interceptor):
+    """KServe's interceptor, with a client's error (bad input, unknown or
+    unready model) logged in one WARNING line instead of an ERROR with its
+    traceback; the status codes are KServe's."""
+    import logging
+
+    from kserve.errors import InvalidInput, ModelNotFound, ModelNotReady
+
+    codes = {
+        InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,
+        ModelNotFound: grpc.StatusCode.NOT_FOUND,
+        ModelNotReady: grpc.StatusCode.UNAVAILABLE,
+    }
+    logger = logging.getLogger("keras_attn.serve")
+
+    class ClientErrors(kserve_interceptor):
+        async def handle_exception(self, ex, request, context, method_name):
+            code = next(
+                (c for k, c in codes.items() if isinstance(ex, k)), None
+            )
+            if code is None:
+                return await super().handle_exception(
+                    ex, request, context, method_name
+                )
+            message = " ".join(str(ex).split())
+            logger.warning("%s %s: %s", code.name, method_name, message[:300])
+            await context.abort(code, getattr(ex, "reason", None) or str(ex))
+
+    return ClientErrors()
+
+
 def build_server(models, dataplane, host, port, access):
     """A `grpc.aio` server on `host:port` with TensorFlow Serving's and
     KServe's v2 services over `models` (`{name: ServedModel}`), and the
@@ -380,7 +412,10 @@ def build_server(models, dataplane, host, port, access):
     from kserve.protocol.grpc.servicer import InferenceServicer
 
     server = grpc.aio.server(
-        interceptors=(Gate(access), ExceptionToStatusInterceptor()),
+        interceptors=(
+            Gate(access),
+            _client_errors(ExceptionToStatusInterceptor),
+        ),
         # gRPC's default SO_REUSEPORT lets a second server listen on a
         # port in use, and clients' calls then reach either one.
         options=(("grpc.so_reuseport", 0),),

@@ -409,3 +409,16 @@ def served_versions(value, models_root, choice="latest"):
             f"--model-versions={choice}"
         )
     return name, {v: found[v] for v in wanted}
+
+
+def check_model_name(name):
+    """A name clients can put in a route (`/v1/models/NAME`): letters,
+    digits, `_`, `-` and `.`, starting with a letter or digit; a
+    `ValueError` naming `--model-name` otherwise."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", name):
+        raise ValueError(
+            "Expected --model-name to be letters, digits, '_', '-' or '.', "
+            f"starting with a letter or digit. Received: --model-name={name!r}"
+        )

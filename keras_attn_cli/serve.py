@@ -16,6 +16,7 @@ gate are `keras_attn_cli.http_routes`'; the gRPC services are
 
 import asyncio
 import concurrent.futures
+import logging
 import signal
 import time
 
@@ -32,6 +33,17 @@ LIMITS = {
     "max_text_bytes": 100_000,
 }
 BATCHING = {"max_batch_size": 32, "batch_wait_ms": 5.0}
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# The loggers of the server's parts: KServe's, uvicorn's (its access log
+# is INFO) and ours (a client error is one WARNING line).
+LOGGERS = (
+    "kserve",
+    "kserve.trace",
+    "uvicorn",
+    "uvicorn.access",
+    "uvicorn.error",
+)
+LOGGER = logging.getLogger("keras_attn.serve")
 
 
 # --- Models: the artifacts `keras_attn_runtime.opener` opens. ---
@@ -176,9 +188,13 @@ def _kserve_model_class():
                 key, inputs, form = api.parse_predict(
                     payload, signatures, self.limits
                 )
+                wanted = api.output_filter(
+                    payload.get("output_filter"), signatures[key]
+                )
             except api.RequestError as err:
                 raise InvalidInput(str(err)) from None
-            return api.format_predict(await self.run(key, inputs), form)
+            out = api.filtered(await self.run(key, inputs), wanted)
+            return api.format_predict(out, form)
 
         async def run(self, key, inputs):
             """The signature `key` on `inputs`, merged with other
@@ -249,13 +265,19 @@ def serve(
     log=print,
     access=None,
     accelerator="cpu",
+    log_level="info",
 ):
     """Load `artifacts` (`[(name, {version: path})]`, or `(name, path)`
     for version 1) and serve them until SIGTERM or SIGINT, which finish
     the requests in flight and return 0. `access`: `http_routes.ACCESS`'s
     keys (a bearer token, the routes turned on, the gRPC port).
     `accelerator`: where LiteRT runs a `.tflite` (`"cpu"`, `"gpu"`,
-    `"npu"`)."""
+    `"npu"`). `log_level`: one of `LOG_LEVELS`."""
+    if log_level not in LOG_LEVELS:
+        raise ValueError(
+            f"Expected log_level to be one of {LOG_LEVELS}. Received: "
+            f"log_level={log_level!r}"
+        )
     names = [name for name, _ in artifacts]
     if len(set(names)) != len(names):
         raise ValueError(
@@ -274,7 +296,7 @@ def serve(
     except BaseException:
         sock.close()
         raise
-    return _run_server(models, host, sock, limits, log, access)
+    return _run_server(models, host, sock, limits, log, access, log_level)
 
 
 def _load_models(artifacts, limits, batching, log, allow_unsafe, accelerator):
@@ -345,7 +367,50 @@ def _serving_line(models, host, port, grpc_port):
     )
 
 
-def _run_server(models, host, sock, limits, log, access):
+def _set_log_level(level):
+    """`level` on KServe's, uvicorn's and our loggers (KServe configures
+    its own at import)."""
+    number = getattr(logging, level.upper())
+    for name in (*LOGGERS, LOGGER.name):
+        logging.getLogger(name).setLevel(number)
+    if not LOGGER.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+        )
+        LOGGER.addHandler(handler)
+
+
+def _client_error_handlers(app):
+    """KServe logs each client error as an ERROR with its traceback; these
+    answer the same status and body and log one WARNING line: the method,
+    the path, the status and the message."""
+    from fastapi.responses import JSONResponse
+    from kserve.errors import InvalidInput, ModelNotFound, ModelNotReady
+
+    def handler(status):
+        async def answer(request, exc):
+            message = " ".join(str(exc).split())
+            LOGGER.warning(
+                "%d %s %s: %s",
+                status,
+                request.method,
+                request.url.path,
+                message[:300],
+            )
+            return JSONResponse({"error": str(exc)}, status_code=status)
+
+        return answer
+
+    for kind, status in (
+        (InvalidInput, 400),
+        (ModelNotFound, 404),
+        (ModelNotReady, 503),
+    ):
+        app.add_exception_handler(kind, handler(status))
+
+
+def _run_server(models, host, sock, limits, log, access, log_level="info"):
     import kserve
     import uvicorn
     from kserve.model_server import app
@@ -391,6 +456,8 @@ def _run_server(models, host, sock, limits, log, access):
             if rpc is not None:
                 await rpc.start()
             rest.create_application()
+            _client_error_handlers(app)  # after KServe's, to replace them
+            _set_log_level(log_level)
             await uvicorn.Server(rest.config).serve(sockets=[sock])
         finally:
             sock.close()

@@ -142,6 +142,36 @@ def parse_predict(body, signatures, limits):
     return name, arrays, "row" if forms == ["instances"] else "columnar"
 
 
+def output_filter(wanted, signature):
+    """The outputs a client asked for (`"output_filter"`, as TensorFlow
+    Serving's `PredictRequest.output_filter` names it; REST takes it as a
+    list beside `"instances"`/`"inputs"`), or `None` for all; a
+    `RequestError` for a name the signature lacks."""
+    if wanted is None or (isinstance(wanted, list) and not wanted):
+        return None
+    if not isinstance(wanted, list) or not all(
+        isinstance(n, str) for n in wanted
+    ):
+        raise RequestError(
+            "Expected 'output_filter' to be a list of output names. "
+            f"Received: {_shown(wanted)}"
+        )
+    unknown = sorted(set(wanted) - set(signature.outputs))
+    if unknown:
+        raise RequestError(
+            f"Unknown output {unknown[0]!r} in 'output_filter'; this "
+            f"signature has {sorted(signature.outputs)}"
+        )
+    return list(dict.fromkeys(wanted))
+
+
+def filtered(outputs, wanted):
+    """`outputs` limited to `wanted` (`output_filter`; `None`: all)."""
+    if wanted is None:
+        return outputs
+    return {name: outputs[name] for name in wanted}
+
+
 def _rows_to_columns(instances, names):
     if not isinstance(instances, list):
         raise RequestError(

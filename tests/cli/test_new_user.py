@@ -154,3 +154,27 @@ def test_the_runtime_translates_a_list_of_sentences():
     ]
     with pytest.raises(ValueError, match="items of type"):
         translator.translate([one, 3])
+
+
+def test_serve_log_levels_are_the_servers():
+    pytest.importorskip("kserve")
+    from keras_attn_cli import LOG_LEVELS, serve
+
+    assert LOG_LEVELS == serve.LOG_LEVELS
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("imdb_micro", "imdb_edge", "--model-name", "x"), "for 2 models"),
+        (("imdb_micro", "--model-name", "a/b"), "--model-name='a/b'"),
+        (("imdb_micro", "--model-name", ""), "--model-name=''"),
+    ],
+)
+def test_a_model_name_names_one_model_clients_can_route_to(
+    args, needle, capsys
+):
+    pytest.importorskip("kserve")
+    needs(os.path.join(SHIPPED, "imdb_micro"))
+    code, out, err = cli(capsys, "serve", *args)
+    refused(code, out, err, needle)

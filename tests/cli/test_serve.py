@@ -117,10 +117,14 @@ def post(port, model, body):
     return request(port, "POST", f"/v1/models/{model}:predict", data)
 
 
+SERVED_PROCESS = []
+
+
 @pytest.fixture(scope="module")
 def served():
     """`(HTTP port, gRPC port)` of a server of every shipped model."""
     proc, port = start(*SHIPPED_NAMES)
+    SERVED_PROCESS[:] = [proc]
     yield port, proc.grpc_port
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
@@ -208,6 +212,69 @@ def test_an_empty_request_gets_no_rows_from_every_kind(server, model, form):
         assert answer and all(v == [] for v in answer.values()), answer
     else:
         assert answer == []
+
+
+def test_a_client_asks_for_the_outputs_it_wants(server):
+    # The row form gave every output: 8 x 500 attention weights a review.
+    body = {"instances": REVIEWS[:2], "output_filter": ["probability"]}
+    status, got = post(server, "imdb_ssa", body)
+    assert status == 200, got
+    _, full = post(server, "imdb_ssa", {"instances": REVIEWS[:2]})
+    assert got["predictions"] == [
+        row["probability"] for row in full["predictions"]
+    ]
+    body = {"inputs": REVIEWS[:2], "output_filter": ["attention"]}
+    status, got = post(server, "imdb_edge", body)
+    assert status == 200 and np.asarray(got["outputs"]).shape[:2] == (2, 8)
+    body = {"instances": REVIEWS[:1], "output_filter": ["probabilty"]}
+    status, got = post(server, "imdb_ssa", body)
+    assert status == 400 and "'probabilty'" in got["error"], got
+
+
+def test_client_errors_are_one_log_line_each(served):
+    port, _ = served
+    proc = SERVED_PROCESS[0]
+    before = output_all(proc)
+    bad = [
+        ("imdb_ssa", b"{"),
+        ("imdb_ssa", {"instances": [1, 2]}),
+        ("imdb_edge", {"signature_name": "nope", "instances": ["x"]}),
+        ("no_such_model", {"instances": ["x"]}),
+    ]
+    for model, body in bad:
+        status, _ = post(port, model, body)
+        assert 400 <= status < 500
+    time.sleep(0.5)
+    logged = output_all(proc)[len(before) :]
+    assert "Traceback" not in logged, logged
+    warnings = [line for line in logged.splitlines() if "WARNING" in line]
+    assert len(warnings) >= 3, logged
+    assert all(len(line) < 600 for line in warnings), warnings
+
+
+def output_all(proc):
+    proc.log.seek(0)
+    return proc.log.read()
+
+
+def test_a_model_name_and_a_log_level_of_ones_choosing():
+    micro = os.path.join(SHIPPED, "imdb_micro", "model_int8.tflite")
+    proc, port = start(
+        micro, "--model-name", "sentiment", "--log-level", "warning"
+    )
+    try:
+        status, got = get(port, "/v1/models/sentiment")
+        assert status == 200, got
+        status, _ = post(port, "sentiment", {"instances": ["fine"]})
+        assert status == 200
+        status, _ = get(port, "/v1/models/model_int8")
+        assert status == 404
+        time.sleep(0.5)
+        # warning: no access log line for the requests that succeeded
+        assert "POST /v1/models/sentiment:predict" not in output(proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
 
 
 def serve_exit(*args):
