@@ -10,6 +10,7 @@ signature's `-1` axes, dtypes) read from the file itself.
 
 import numpy as np
 
+from keras_attn_runtime import native_logs
 from keras_attn_runtime.artifact import text, vector
 
 ACCELERATORS = ("cpu", "gpu", "npu")
@@ -185,6 +186,9 @@ class LiteRTModel:
             )
             self.fully_accelerated = False
 
+    def __del__(self):
+        _release(self)
+
     def runner(self, key):
         """The callable that runs signature `key`."""
         if key not in self.signatures:
@@ -198,6 +202,20 @@ class LiteRTModel:
                 self.signatures[key],
             )
         return _CompiledRunner(self._compiled, key, self.signatures[key])
+
+
+def _release(owner):
+    """Drop `owner`'s `CompiledModel` with LiteRT's teardown log (its
+    accelerators destroyed) captured: the model and its runners each call
+    this from `__del__`, so that the last one to go is quiet."""
+    compiled = owner.__dict__.pop("_compiled", None)
+    if compiled is None:
+        return
+    try:
+        with native_logs.captured():
+            del compiled
+    except Exception:  # noqa: BLE001, S110 (never raise from __del__)
+        pass
 
 
 def _compile(data, model_path, num_threads, accelerator, cpu_kernels):
@@ -217,7 +235,10 @@ def _compile(data, model_path, num_threads, accelerator, cpu_kernels):
         ),
     )
     try:
-        return litert.CompiledModel.from_buffer(data, options=options)
+        with native_logs.captured():
+            compiled = litert.CompiledModel.from_buffer(data, options=options)
+        native_logs.quiet_at_exit()
+        return compiled
     except (RuntimeError, ValueError) as err:
         detail = " ".join(str(err).split())[:300]
         if accelerator != "cpu":
@@ -240,11 +261,12 @@ def _interpreter(data, model_path, num_threads=1, cpu_kernels="builtin"):
         else OpResolverType.AUTO
     )
     try:
-        return Interpreter(
-            model_content=data,
-            num_threads=num_threads,
-            experimental_op_resolver_type=resolver,
-        )
+        with native_logs.captured():
+            return Interpreter(
+                model_content=data,
+                num_threads=num_threads,
+                experimental_op_resolver_type=resolver,
+            )
     except (ValueError, RuntimeError) as err:
         raise ValueError(
             f"Not a valid LiteRT model: {model_path!r} ({err})"
@@ -324,12 +346,25 @@ class _CompiledRunner:
             for n, s in spec["inputs"].items()
         }
         self._buffers = None
+        self._first_run = True
+
+    def __del__(self):
+        self.__dict__.pop("_buffers", None)  # before the model they belong to
+        _release(self)
 
     def get_input_details(self):
         return self._spec["inputs"]
 
     def get_output_details(self):
         return self._spec["outputs"]
+
+    def _run(self, arrays):
+        self._prepare(arrays)
+        inputs, outputs, shapes = self._buffers
+        for name, array in arrays.items():
+            inputs[name].write(array)
+        self._compiled.run_by_name(self._key, inputs, outputs)
+        return inputs, outputs, shapes
 
     def _prepare(self, arrays):
         changed = False
@@ -379,11 +414,12 @@ class _CompiledRunner:
 
     def __call__(self, **feed):
         arrays = _checked_inputs(self._spec["inputs"], feed)
-        self._prepare(arrays)
-        inputs, outputs, shapes = self._buffers
-        for name, array in arrays.items():
-            inputs[name].write(array)
-        self._compiled.run_by_name(self._key, inputs, outputs)
+        if self._first_run:  # LiteRT starts its environment, which logs
+            with native_logs.captured():
+                inputs, outputs, shapes = self._run(arrays)
+            self._first_run = False
+        else:
+            inputs, outputs, shapes = self._run(arrays)
         out = {
             name: outputs[name].read(int(np.prod(shape)), dtype).reshape(shape)
             for name, (shape, dtype) in shapes.items()

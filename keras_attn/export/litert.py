@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 
+from keras_attn.export import logs
 from keras_attn.export.destination import (
     check_destination,
     staged,
@@ -72,7 +73,10 @@ def convert_tflite(
     module = tf.Module()
     module.serve = frozen
     with scratch_dir() as tmp:
-        tf.saved_model.save(module, tmp, signatures={"serving_default": frozen})
+        with logs.quiet():
+            tf.saved_model.save(
+                module, tmp, signatures={"serving_default": frozen}
+            )
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
         return _convert(
             converter, quantize, representative_data, dynamic_length
@@ -248,7 +252,8 @@ def _convert(converter, quantize, representative_data, own_lengths=False):
         converter.target_spec.supported_ops = [
             tf.lite.OpsSet.TFLITE_BUILTINS_INT8
         ]
-    data = drop_index_wrapping(converter.convert())
+    with logs.quiet():
+        data = drop_index_wrapping(converter.convert())
     if quantize == "int8":
         data = keep_probability_ranges(data)
     return data
@@ -381,7 +386,8 @@ def export_signatures_tflite(
         no_gradients = tf.saved_model.SaveOptions(
             experimental_custom_gradients=False
         )
-        tf.saved_model.save(frozen, tmp, signatures, options=no_gradients)
+        with logs.quiet():
+            tf.saved_model.save(frozen, tmp, signatures, options=no_gradients)
         converter = tf.lite.TFLiteConverter.from_saved_model(
             tmp, signature_keys=list(signatures)
         )

@@ -7,6 +7,7 @@ signature; `saved_model_cli run` does the same), not only through
 `tf.saved_model.load`. See `serving_root`.
 """
 
+from keras_attn.export import logs
 from keras_attn.export.destination import check_destination, staged
 
 KNOWN_WORDS = "known_words"
@@ -114,7 +115,8 @@ def save_signatures(path, signatures, trackables=()):
     import tensorflow as tf
 
     root = serving_root(signatures, trackables)
-    tf.saved_model.save(root, path, signatures=signatures)
+    with logs.quiet():
+        tf.saved_model.save(root, path, signatures=signatures)
 
 
 def _serve_function(model, input_signature=None, vectorizer=None):

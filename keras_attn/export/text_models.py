@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from keras_attn.export import logs
 from keras_attn.export import onnx as onnx_format
 from keras_attn.export import saved_model as saved_model_module
 from keras_attn.export.destination import (
@@ -251,6 +252,29 @@ def export_text_model(
         onnx,
     )
     split_text_model(text_model)  # the model has the expected shape
+    with logs.quiet():
+        return _write_text_model(
+            text_model,
+            targets,
+            quantize,
+            calibration_texts,
+            batch_size,
+            dynamic_length,
+            {"saved_model": saved_model, "tflite": tflite, "onnx": onnx},
+        )
+
+
+def _write_text_model(
+    text_model,
+    targets,
+    quantize,
+    calibration_texts,
+    batch_size,
+    dynamic_length,
+    given,
+):
+    """`export_text_model`'s conversions and writes, once checked."""
+    tflite, onnx = given["tflite"], given["onnx"]
     data = None
     if tflite is not None:
         data = _text_tflite_bytes(
@@ -273,5 +297,4 @@ def export_text_model(
             else:
                 with open(tmp, "wb") as f:
                     f.write(data if kind == "tflite" else onnx_data)
-    given = {"saved_model": saved_model, "tflite": tflite, "onnx": onnx}
     return {k: v for k, v in given.items() if v is not None}
