@@ -471,7 +471,17 @@ def _run(args):
         return cli.run(args)
     except KeyboardInterrupt:
         print("keras-attn: interrupted", file=sys.stderr)
-        return 130
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # A model call may still run on its worker thread: end now rather
+        # than wait for it at exit (every file a command writes is staged
+        # and moved into place whole, so nothing is left half-written).
+        os._exit(130)
+    except BrokenPipeError:
+        # The reader went away (`keras-attn translate ... | head`): end as
+        # a Unix tool killed by SIGPIPE would, without a message.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except ModuleNotFoundError as err:
         top = (err.name or "").split(".")[0]
         if args.verbose:

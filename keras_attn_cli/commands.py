@@ -8,6 +8,7 @@ them as one `keras-attn: error: ...` line with exit status 2.
 
 import itertools
 import os
+import sys
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from keras_attn_cli.models import (  # noqa: F401
     GET_MODELS,
     find_shipped_model,
     find_translator,
+    interruptible,
     known_words,
     load_classifier,
     load_translator,
@@ -35,6 +37,7 @@ from keras_attn_cli.models import (  # noqa: F401
     run_model,
     saved_classifier,
 )
+from keras_attn_cli.progress import Progress
 from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
 SAMPLE_REVIEWS = [
@@ -130,6 +133,11 @@ def _check_length(out, texts, flag="text"):
             )
 
 
+# Sentences a SavedModel translator gets in one call from `translate`:
+# the progress line moves between calls.
+TRANSLATE_CHUNK = 64
+
+
 def _print_grid(text, source, target, attention):
     """A translation's attention as a grid of digits (weight x 10)."""
     if not source or not target:
@@ -152,15 +160,22 @@ def _print_translations(path, texts, alignment=False, allow_unsafe=False):
     import tensorflow as tf
 
     fn = load_translator(path, allow_unsafe)
-    out = run_model(fn, tf.constant(texts))
-    _check_length(out, texts)
+    translations, first = [], None
+    with Progress("translating", len(texts)) as progress:
+        for start in range(0, len(texts), TRANSLATE_CHUNK):
+            chunk = texts[start : start + TRANSLATE_CHUNK]
+            out = run_model(fn, tf.constant(chunk))
+            _check_length(out, chunk)
+            first = first or out
+            translations += [t.decode() for t in out["translation"].numpy()]
+            progress.update(start + len(chunk))
     print(f"Translator: {path}\n")
-    for text, fr in zip(texts, out["translation"].numpy(), strict=True):
-        print(f"{text}  ->  {fr.decode()}")
+    for text, fr in zip(texts, translations, strict=True):
+        print(f"{text}  ->  {fr}")
     if alignment:
-        src = _tokens(out["source_tokens"].numpy()[0])
-        tgt = _tokens(out["target_tokens"].numpy()[0])
-        _print_grid(texts[0], src, tgt, out["attention"].numpy()[0])
+        src = _tokens(first["source_tokens"].numpy()[0])
+        tgt = _tokens(first["target_tokens"].numpy()[0])
+        _print_grid(texts[0], src, tgt, first["attention"].numpy()[0])
     return 0
 
 
@@ -170,7 +185,11 @@ def _print_litert_translations(path, texts, alignment=False):
 
     translator = LiteRTTranslator(path)
     check_clause_lengths(translator, texts)
-    out = [translator.translate(text) for text in texts]
+    out = []
+    with Progress("translating", len(texts)) as progress:
+        for text in texts:
+            out.append(interruptible(translator.translate, text))
+            progress.update(len(out))
     print(f"Translator: {path}\n")
     for text, fr in zip(texts, out, strict=True):
         print(f"{text}  ->  {fr}")
@@ -303,7 +322,11 @@ def _export(args):
     # Check destinations and settings before the (slow) model load.
     export.check_text_export(**settings)
     model = load_classifier(model_file)
-    written = export.export_text_model(model, **settings)
+    # A progress bar where a person waits (the int8 calibration: a minute
+    # for the shipped BiLSTM), none when the output goes to a file or pipe.
+    written = export.export_text_model(
+        model, **settings, verbose=sys.stdout.isatty()
+    )
     if "saved_model" in written:
         print(f"wrote SavedModel {args.saved_model}")
     if "tflite" in written:

@@ -185,17 +185,43 @@ def check_classifier(model, path):
 
 
 def run_model(fn, *args):
-    """Call TensorFlow; its runtime errors become one clean line."""
+    """Call TensorFlow; its runtime errors become one clean line. The call
+    runs on a worker thread while this one waits in short steps, so that
+    Ctrl-C acts at once (a TensorFlow op does not return to Python, where
+    the interrupt is raised, until it ends: 9 s for a long translation)."""
     import tensorflow as tf
 
     try:
-        return fn(*args)
+        return interruptible(fn, *args)
     except tf.errors.OpError as err:
         message = err.message or str(err)
         kind = "" if memory_failure(message) else f" ({type(err).__name__})"
         raise ValueError(
             f"The model failed to run{kind}: {op_error_line(message)}"
         ) from None
+
+
+def interruptible(fn, *args):
+    """`fn(*args)` on a daemon thread, waited for in steps of 0.1 s: a
+    `KeyboardInterrupt` reaches this thread between steps, whatever `fn`
+    is doing (it is left to end with the process)."""
+    import concurrent.futures
+    import threading
+
+    future = concurrent.futures.Future()
+
+    def work():
+        try:
+            future.set_result(fn(*args))
+        except BaseException as err:  # noqa: BLE001 (handed to the caller)
+            future.set_exception(err)
+
+    threading.Thread(target=work, daemon=True, name="keras-attn-model").start()
+    while True:
+        try:
+            return future.result(timeout=0.1)
+        except concurrent.futures.TimeoutError:
+            continue
 
 
 # Bytes per element of the dtypes an allocation failure may name, in

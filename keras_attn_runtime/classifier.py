@@ -39,9 +39,16 @@ class OnnxClassifier:
     """
 
     def __init__(self, model_path):
-        import onnx
-        import onnxruntime
-
+        try:
+            import onnx
+            import onnxruntime
+        except ModuleNotFoundError as err:
+            raise ModuleNotFoundError(
+                f"An ONNX model needs the module {err.name!r}: pip install "
+                "'keras-attn-runtime[onnx]' (or the onnx and onnxruntime "
+                f"packages). Received: model_path={model_path!r}",
+                name=err.name,
+            ) from None
         if not os.path.isfile(model_path):
             raise ValueError(
                 f"No such ONNX model. Received: model_path={model_path!r}"

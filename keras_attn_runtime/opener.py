@@ -166,7 +166,9 @@ def open(  # noqa: A001
         from keras_attn import opener as with_tensorflow
     except ImportError:
         raise ValueError(
-            f"A {kind} artifact needs keras_attn (TensorFlow and Keras): "
-            f"pip install keras-attn. Received: {flag}={path!r}"
+            f"A {kind} artifact needs keras_attn with TensorFlow and Keras "
+            "(from keras_attn's source: pip install '.[cpu]'); this "
+            "runtime opens .tflite and .onnx files. Received: "
+            f"{flag}={path!r}"
         ) from None
     return with_tensorflow.open_tensorflow_kind(kind, file, allow_unsafe)

@@ -28,6 +28,7 @@ def convert_tflite(
     batch_size=1,
     unroll=None,
     dynamic_length=False,
+    verbose=False,
 ):
     """Convert a token-id model to LiteRT flatbuffer bytes, builtin ops only.
 
@@ -62,7 +63,10 @@ def convert_tflite(
             with unrolling, so not for a recurrent model in `"int8"`; an
             attention model in `"int8"` is then calibrated at each row's
             own length.
-    """
+
+        verbose: a Keras progress bar over the `"int8"` calibration rows
+            (slow for a recurrent model: it is unrolled). Defaults to
+            `False`."""
     import tensorflow as tf
 
     unroll = _check_conversion(
@@ -79,7 +83,7 @@ def convert_tflite(
             )
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
         return _convert(
-            converter, quantize, representative_data, dynamic_length
+            converter, quantize, representative_data, dynamic_length, verbose
         )
 
 
@@ -227,9 +231,12 @@ def scratch_dir():
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _convert(converter, quantize, representative_data, own_lengths=False):
+def _convert(
+    converter, quantize, representative_data, own_lengths=False, verbose=False
+):
     """`own_lengths`: calibrate each row at its own length (its ids up to
-    the last non-zero one), as a variable-length model will run it."""
+    the last non-zero one), as a variable-length model will run it.
+    `verbose`: a progress bar over the calibration rows."""
     import tensorflow as tf
 
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
@@ -241,12 +248,17 @@ def _convert(converter, quantize, representative_data, own_lengths=False):
         data = np.asarray(representative_data).astype("int32")
 
         def representative():
-            for row in data:
+            import keras
+
+            bar = keras.utils.Progbar(len(data), unit_name="row")
+            for i, row in enumerate(data):
                 if own_lengths:
                     row = row[
                         : max(1, int(np.flatnonzero(row).max(initial=0)) + 1)
                     ]
                 yield [row[None]]
+                if verbose:
+                    bar.update(i + 1)
 
         converter.representative_dataset = representative
         converter.target_spec.supported_ops = [

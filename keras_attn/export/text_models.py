@@ -73,7 +73,12 @@ _API_NAMES = {
 
 
 def _text_tflite_bytes(
-    text_model, quantize, calibration_texts, batch_size, dynamic_length
+    text_model,
+    quantize,
+    calibration_texts,
+    batch_size,
+    dynamic_length,
+    verbose=False,
 ):
     vectorizer, token_model = split_text_model(text_model)
     representative = None
@@ -87,6 +92,7 @@ def _text_tflite_bytes(
         representative_data=representative,
         batch_size=batch_size,
         dynamic_length=dynamic_length,
+        verbose=verbose,
     )
     vocabulary = "\n".join(vectorizer.get_vocabulary()) + "\n"
     settings = (
@@ -212,6 +218,7 @@ def export_text_model(
     protect=(),
     names=None,
     onnx=None,
+    verbose=False,
 ):
     """SavedModel, LiteRT and/or ONNX export of a raw-text model, all or
     nothing.
@@ -235,6 +242,8 @@ def export_text_model(
             `export(format="onnx")` (int32 token ids in, float32 out; ONNX
             has no string ops), with the vocabulary and the length in its
             `metadata_props`. Defaults to `None`.
+        verbose: a Keras progress bar over the `"int8"` calibration texts.
+            Defaults to `False`.
 
     Returns:
         `{"saved_model": path, "tflite": path, "onnx": path}` for what was
@@ -261,6 +270,7 @@ def export_text_model(
             batch_size,
             dynamic_length,
             {"saved_model": saved_model, "tflite": tflite, "onnx": onnx},
+            verbose,
         )
 
 
@@ -272,13 +282,19 @@ def _write_text_model(
     batch_size,
     dynamic_length,
     given,
+    verbose=False,
 ):
     """`export_text_model`'s conversions and writes, once checked."""
     tflite, onnx = given["tflite"], given["onnx"]
     data = None
     if tflite is not None:
         data = _text_tflite_bytes(
-            text_model, quantize, calibration_texts, batch_size, dynamic_length
+            text_model,
+            quantize,
+            calibration_texts,
+            batch_size,
+            dynamic_length,
+            verbose,
         )
     onnx_data = None
     if onnx is not None:

@@ -178,3 +178,47 @@ def test_a_model_name_names_one_model_clients_can_route_to(
     needs(os.path.join(SHIPPED, "imdb_micro"))
     code, out, err = cli(capsys, "serve", *args)
     refused(code, out, err, needle)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_long_translation_ends_it_at_once(tmp_path):
+    # A SavedModel's translation does not return to Python until it ends,
+    # where the interrupt is raised: Ctrl-C took 9 s to act.
+    import signal
+    import subprocess
+    import time
+
+    if not os.path.isdir(os.path.join(SHIPPED, "translation_en_fr")):
+        pytest.skip("no shipped translator")
+    words = "the man child dog house car river tree book reads sees near old"
+    words = words.split()
+    lines = [
+        " ".join(words[(i * 7 + k) % len(words)] for k in range(7)) + "."
+        for i in range(3000)
+    ]
+    many = tmp_path / "many.txt"
+    many.write_text("\n".join(lines))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "keras_attn_cli",
+            "translate",
+            "--file",
+            str(many),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(20)  # TensorFlow imported, the translator loaded, running
+    assert proc.poll() is None, "the translation ended before Ctrl-C"
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - start
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "keras-attn: interrupted"
+    assert took < 3, f"Ctrl-C took {took:.1f} s"
+    assert "->" not in out  # interrupted in the middle, not after

@@ -4,6 +4,7 @@ same artifact for `predict NAME` and `serve NAME`."""
 
 import json
 import os
+import sys
 import types
 
 import numpy as np
@@ -239,3 +240,29 @@ def test_the_command_line_says_one_line_for_a_list_config(tmp_path):
         f"keras-attn: error: Not a valid model: {path!r} (its "
         "keras_attn.config metadata is not a JSON object)"
     ]
+
+
+def test_an_onnx_file_without_onnx_names_the_extra(tmp_path, monkeypatch):
+    # A bare `ModuleNotFoundError: No module named 'onnx'` before.
+    path = str(tmp_path / "m.onnx")
+    with open(path, "wb") as f:
+        f.write(b"not read")
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    with pytest.raises(
+        ModuleNotFoundError, match="keras-attn-runtime.onnx."
+    ) as info:
+        opener.open(path)
+    assert info.value.name == "onnx" and "m.onnx" in str(info.value)
+
+
+def test_a_saved_model_without_keras_attn_says_how_to_get_it(
+    tmp_path, monkeypatch
+):
+    # It said `pip install keras-attn`, a name no package index serves.
+    folder = tmp_path / "sm"
+    touch(str(folder / "saved_model.pb"))
+    monkeypatch.setitem(sys.modules, "keras_attn.opener", None)
+    with pytest.raises(ValueError, match="pip install '.\\[cpu\\]'") as info:
+        opener.open(str(folder))
+    assert "pip install keras-attn." not in str(info.value)
+    assert "this runtime opens .tflite and .onnx files" in str(info.value)
