@@ -48,7 +48,22 @@ reviews and as many test reviews.
 """
 
 
+def check_imdb_is_here():
+    """Without a prepared copy, `tfds.load` would try to download IMDB
+    and, on a machine without a network, retry for minutes: say what to
+    do instead, at once."""
+    builder = tfds.builder("imdb_reviews")
+    if not builder.is_prepared():
+        raise SystemExit(
+            f"IMDB is not prepared in {builder.data_dir}. Set TFDS_DATA_DIR "
+            "to an offline copy, or download it once with "
+            "`tfds build imdb_reviews`."
+        )
+
+
 def load(limit, seed=0):
+    check_imdb_is_here()
+
     def split(name):
         texts, labels = tfds.as_numpy(
             tfds.load(

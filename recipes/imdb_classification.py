@@ -63,8 +63,22 @@ once, at the end.
 """
 
 
+def check_imdb_is_here():
+    """Without a prepared copy, `tfds.load` would try to download IMDB
+    and, on a machine without a network, retry for minutes: say what to
+    do instead, at once."""
+    builder = tfds.builder("imdb_reviews")
+    if not builder.is_prepared():
+        raise SystemExit(
+            f"IMDB is not prepared in {builder.data_dir}. Set TFDS_DATA_DIR "
+            "to an offline copy, or download it once with "
+            "`tfds build imdb_reviews`."
+        )
+
+
 def load_imdb(limit=None, val_fraction=0.1, seed=1337):
     """`{"train", "val", "test"}`: (texts, labels); `limit`: random subsets."""
+    check_imdb_is_here()
     (x, y), (test_x, test_y) = (
         tfds.as_numpy(
             tfds.load(

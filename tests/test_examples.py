@@ -91,3 +91,22 @@ def test_the_length_extrapolation_tutorial_runs(tmp_path):
     out = tmp_path / "extrapolation.json"
     run("examples/length_extrapolation.py", "--steps", "2", "--out", str(out))
     assert out.stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", ["imdb_self_attention", "imdb_transformer"])
+def test_without_imdb_an_example_says_what_to_set_at_once(name, tmp_path):
+    # Offline and without `$TFDS_DATA_DIR`, `tfds.load` retried a download
+    # for minutes.
+    done = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, name + ".py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TFDS_DATA_DIR": str(tmp_path / "empty")},
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert (
+        last.startswith("IMDB is not prepared in") and "TFDS_DATA_DIR" in last
+    )
