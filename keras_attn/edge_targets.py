@@ -51,8 +51,8 @@ def op_signatures(path_or_bytes):
     its tensors."""
     schema, _ = litert_schema()
     model = read_model(path_or_bytes)
-    ops = enum_names(schema, schema.BuiltinOperator)
-    types = enum_names(schema, schema.TensorType)
+    ops = enum_names(schema.BuiltinOperator)
+    types = enum_names(schema.TensorType)
     pairs, dtypes = set(), set()
     for graph in model.subgraphs:
         dtypes |= {types[t.type] for t in graph.tensors}
@@ -253,7 +253,7 @@ def npu_partitions(path, soc_model="LNL"):
     from ai_edge_litert.aot.vendors.intel_openvino import target
 
     schema, _ = litert_schema()
-    ops = enum_names(schema, schema.BuiltinOperator)
+    ops = enum_names(schema.BuiltinOperator)
     with tempfile.TemporaryDirectory() as scratch:
         result = aot_compile.aot_compile(
             path,

@@ -2,10 +2,10 @@
 
 `keras_attn_runtime.opener.open(path)` (here as `open`) opens every model
 file: it owns the kinds, the order a folder is read in and the LiteRT and
-ONNX artifacts, and asks this module for the two kinds that need
-TensorFlow: a SavedModel (checked against the op allowlist
-before it loads, `keras_attn.trust`) and a `.keras` raw-text model. Each
-has the artifact's `path`, `kind`, `signatures` and `run`."""
+ONNX artifacts. This module registers with it, when imported, the loaders
+of the two kinds that need TensorFlow: a SavedModel (checked against the
+op allowlist before it loads, `keras_attn.trust`) and a `.keras` raw-text
+model. Each has the artifact's `path`, `kind`, `signatures` and `run`."""
 
 import os
 
@@ -136,8 +136,17 @@ class KerasArtifact:
 
 def open_tensorflow_kind(kind, path, allow_unsafe=False):
     """The artifact of a SavedModel folder (its ops checked unless
-    `allow_unsafe`) or a `.keras` file: what `keras_attn_runtime.opener.
-    open` (also `keras_attn.opener.open`) asks of this module."""
+    `allow_unsafe`) or a `.keras` file: the loaders this module registers
+    with `keras_attn_runtime.opener` (whose `open` is also this module's)."""
     if kind == "saved_model":
         return SavedModelArtifact(path, allow_unsafe)
     return KerasArtifact(path)
+
+
+for _kind in opener.TENSORFLOW_KINDS:
+    opener.register(
+        _kind,
+        lambda path, allow_unsafe, kind=_kind: open_tensorflow_kind(
+            kind, path, allow_unsafe
+        ),
+    )

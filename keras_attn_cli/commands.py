@@ -33,6 +33,7 @@ from keras_attn_cli.models import (  # noqa: F401
     load_translator,
     models_dir,
     op_error_line,
+    open_model,
     resolve_model,
     run_model,
     saved_classifier,
@@ -255,9 +256,7 @@ def _explain(args):
     path = resolve_model(args.model, "model", "explain", args)
     explain.pyplot()  # matplotlib, or an error before anything is written
     if path.endswith(".tflite"):  # the edge file's own attention
-        from keras_attn_runtime import opener
-
-        artifact = opener.open(path, args.accelerator, flag="model")
+        artifact = open_model(path, args.accelerator, flag="model")
         model = getattr(artifact, "classifier", None)
         if model is None:
             raise ValueError(
@@ -363,11 +362,9 @@ def _predict(args):
 
 def _scorer(path, args):
     """`score(texts) -> (probabilities, known-word counts)` for the
-    artifact at `path` (`keras_attn_runtime.opener.open`), loaded once."""
-    from keras_attn_runtime import opener
-
+    artifact at `path` (`open_model`), loaded once."""
     if path.endswith((".tflite", ".onnx")):
-        artifact = opener.open(
+        artifact = open_model(
             path,
             accelerator=args.accelerator,
             vocabulary_path=args.vocabulary,
@@ -375,7 +372,7 @@ def _scorer(path, args):
         )
         return _runtime_scorer(artifact)
     if os.path.isdir(path):
-        artifact = opener.open(
+        artifact = open_model(
             path, allow_unsafe=args.allow_unsafe_ops, flag="artifact"
         )
         return _saved_model_scorer(artifact)

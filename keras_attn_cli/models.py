@@ -7,6 +7,9 @@ import os
 
 import numpy as np
 
+from keras_attn_runtime.opener import is_saved_model
+from keras_attn_runtime.signature import DEFAULT_SIGNATURE
+
 GET_MODELS = (
     "No trained models found: install them with `pip install "
     "keras-attn-models` (from a source tree: `pip install ./models`), or "
@@ -64,9 +67,9 @@ def find_translator(args=None):
     beside it (the translator contract: see docs/export.md)."""
     for folder in model_folders(args):
         path = os.path.join(folder, "saved_model")
-        if os.path.isfile(
-            os.path.join(path, "saved_model.pb")
-        ) and os.path.isfile(os.path.join(folder, "target_vocabulary.txt")):
+        if is_saved_model(path) and os.path.isfile(
+            os.path.join(folder, "target_vocabulary.txt")
+        ):
             return path
     return None
 
@@ -101,7 +104,7 @@ def _folder_file(folder, want):
     if want == "any":
         return artifact_in(folder)
     if want in ("keras", "explain"):
-        if os.path.isfile(os.path.join(folder, "saved_model.pb")):
+        if is_saved_model(folder):
             folder = os.path.dirname(os.path.abspath(folder))
         found = os.path.normpath(os.path.join(folder, "model.keras"))
         if os.path.isfile(found):
@@ -117,7 +120,7 @@ def _folder_file(folder, want):
             return found
     for name in (".", "saved_model"):
         found = os.path.normpath(os.path.join(folder, name))
-        if os.path.isfile(os.path.join(found, "saved_model.pb")):
+        if is_saved_model(found):
             return found
     return None
 
@@ -333,7 +336,7 @@ def saved_classifier(loaded, path):
 
     needs = "a text classifier SavedModel (`keras-attn translate` runs a "
     needs += "translator)"
-    fn = _signature(loaded, path, "serving_default", needs)
+    fn = _signature(loaded, path, DEFAULT_SIGNATURE, needs)
     specs = list(fn.structured_input_signature[1].values())
     if len(specs) != 1 or specs[0].dtype != tf.string:
         raise ValueError(
@@ -357,7 +360,7 @@ def load_translator(path, allow_unsafe=False):
     its parent), opened as every SavedModel is (`keras_attn.opener`)."""
     if os.path.isdir(os.path.join(path, "saved_model")):
         path = os.path.join(path, "saved_model")
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+    if not is_saved_model(path):
         raise ValueError(
             f"No SavedModel translator in {path!r} (no saved_model.pb)."
         )
@@ -448,3 +451,27 @@ def check_model_name(name):
             "Expected --model-name to be letters, digits, '_', '-' or '.', "
             f"starting with a letter or digit. Received: --model-name={name!r}"
         )
+
+
+def _tensorflow_loader(kind):
+    """A loader of `kind` for `keras_attn_runtime.opener.register` that
+    imports TensorFlow and Keras (`keras_attn.opener`) only when a file of
+    that kind is opened: serving a LiteRT file never imports them."""
+
+    def load(path, allow_unsafe):
+        from keras_attn import opener
+
+        return opener.open_tensorflow_kind(kind, path, allow_unsafe)
+
+    return load
+
+
+def open_model(path, accelerator="cpu", vocabulary_path=None, **settings):
+    """`keras_attn_runtime.opener.open` with the TensorFlow kinds
+    registered (lazily): how every command and `serve` open a model file.
+    `settings`: `allow_unsafe` and `flag`, as `open` takes them."""
+    from keras_attn_runtime import opener
+
+    for kind in set(opener.TENSORFLOW_KINDS) - set(opener.registered()):
+        opener.register(kind, _tensorflow_loader(kind))
+    return opener.open(path, accelerator, vocabulary_path, **settings)

@@ -60,12 +60,6 @@ def tensor_metadata(specs):
     ]
 
 
-def _v2_shape(shape):
-    if shape is None:  # unknown rank: one axis of unknown size
-        return [-1]
-    return [-1 if d is None else d for d in shape]
-
-
 def parse_infer(tensors, signature, limits):
     """`{input: array}` of an infer request's `tensors` (`[(name,
     datatype, array)]`) for `signature`, checked: each input once, the

@@ -50,12 +50,12 @@ LOGGER = logging.getLogger("keras_attn.serve")
 
 
 def load_backend(path, allow_unsafe=False, accelerator="cpu"):
-    """The artifact at `path` (`keras_attn_runtime.opener.open`): a SavedModel
+    """The artifact at `path` (`keras_attn_cli.models.open_model`): a SavedModel
     folder, a `.tflite`, `.keras` or `.onnx` file (`accelerator`: where
     LiteRT runs a `.tflite`)."""
-    from keras_attn_runtime import opener
+    from keras_attn_cli.models import open_model
 
-    return opener.open(
+    return open_model(
         path, accelerator, allow_unsafe=allow_unsafe, flag="MODEL"
     )
 

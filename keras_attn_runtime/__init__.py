@@ -7,7 +7,7 @@ TensorFlow: for phones, single-board computers and NPU hosts.
     clf.predict(["A wonderful film."])["probability"]
 
     import keras_attn_runtime
-    model = keras_attn_runtime.open("saved_models/imdb_edge")  # any kind
+    model = keras_attn_runtime.open("saved_models/imdb_edge")  # .tflite, .onnx
     model.run("serving_default", {"text": [b"A wonderful film."]})
 
 Installable on its own (`pip install ./runtime`, the `keras-attn-runtime`
@@ -36,6 +36,7 @@ from keras_attn_runtime.classifier import LiteRTClassifier, OnnxClassifier
 # `keras_attn_runtime.open(path)`: every model file, one way (not in
 # `__all__`: a star import would hide the builtin `open`).
 from keras_attn_runtime.opener import open  # noqa: A004, E402, F401
+from keras_attn_runtime.signature import DEFAULT_SIGNATURE, Signature
 from keras_attn_runtime.streaming import StreamingDecoder
 from keras_attn_runtime.text import (
     ASCII_LOWER,
@@ -62,6 +63,8 @@ __version__ = "0.3.0.dev0"
 
 __all__ = [
     "ASCII_LOWER",
+    "DEFAULT_SIGNATURE",
+    "Signature",
     "FORMAT_VERSION",
     "METADATA_SOURCE_VOCABULARY",
     "METADATA_TARGET_VOCABULARY",

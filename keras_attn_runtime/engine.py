@@ -19,7 +19,6 @@ ACCELERATORS = ("cpu", "gpu", "npu")
 # answers moved from one process or call to the next (docs/edge.md,
 # "Threads and determinism").
 CPU_KERNELS = ("builtin", "xnnpack")
-ENGINES = ("compiled_model", "interpreter")
 
 # LiteRT's tensor types (schema `TensorType`) as NumPy dtypes.
 _DTYPES = {

@@ -12,8 +12,12 @@ An artifact has `path`, `kind` (`"saved_model"`, `"keras"`, `"litert"`,
 `"onnx"`) and `signatures` (`{name: keras_attn_runtime.signature.
 Signature}`), and runs one with `run(name, inputs) -> {name:
 array}`. This runtime opens the LiteRT and ONNX files (NumPy, LiteRT,
-onnxruntime) itself, and SavedModels and `.keras` files through
-`keras_attn.opener` (TensorFlow and Keras), imported only for them.
+onnxruntime) itself. It imports nothing above it: the kinds that need
+TensorFlow and Keras (SavedModels, `.keras` files) open through loaders
+registered from above (`register`; `keras_attn.opener` registers its own
+when imported, and the command line registers them lazily, so that a
+LiteRT file never imports TensorFlow); without one, they are refused
+with a clear message.
 """
 
 import os
@@ -31,6 +35,29 @@ from keras_attn_runtime.artifact import (
 from keras_attn_runtime.signature import DEFAULT_SIGNATURE, Signature
 
 KINDS = ("saved_model", "keras", "litert", "onnx")
+# The kinds this runtime does not open itself, and their loaders
+# (`register`): `load(path, allow_unsafe) -> artifact`.
+TENSORFLOW_KINDS = ("saved_model", "keras")
+_LOADERS = {}
+
+
+def register(kind, load):
+    """Open `kind` (one of `TENSORFLOW_KINDS`) with `load(path,
+    allow_unsafe) -> artifact` from now on: how a library above this
+    runtime (keras_attn, with TensorFlow) adds the kinds it opens."""
+    if kind not in TENSORFLOW_KINDS:
+        raise ValueError(
+            f"Expected kind to be one of {TENSORFLOW_KINDS}. Received: "
+            f"kind={kind!r}"
+        )
+    _LOADERS[kind] = load
+
+
+def registered():
+    """The kinds a loader was registered for (`register`)."""
+    return sorted(_LOADERS)
+
+
 SUFFIXES = {".keras": "keras", ".tflite": "litert", ".onnx": "onnx"}
 TEXT = {"text": ("string", [None])}
 
@@ -153,22 +180,21 @@ def open(  # noqa: A001
 ):
     """The artifact at `path` (a file, or a folder read in the order
     above): a LiteRT file run on `accelerator` (`vocabulary_path` for one
-    without its vocabulary), an ONNX file, or, through `keras_attn.opener`
-    (TensorFlow and Keras, imported only then), a SavedModel (its ops
-    checked unless `allow_unsafe`) or a `.keras` file. A `ValueError`
-    naming `flag` when there is none."""
+    without its vocabulary), an ONNX file, or, through the loader
+    registered for it (`register`), a SavedModel (its ops checked unless
+    `allow_unsafe`) or a `.keras` file. A `ValueError` naming `flag` when
+    there is none, or no loader for its kind."""
     kind, file = found(path, flag)
     if kind == "litert":
         return open_litert(file, accelerator, vocabulary_path)
     if kind == "onnx":
         return open_onnx(file)
-    try:
-        from keras_attn import opener as with_tensorflow
-    except ImportError:
+    load = _LOADERS.get(kind)
+    if load is None:
         raise ValueError(
             f"A {kind} artifact needs keras_attn with TensorFlow and Keras "
-            "(from keras_attn's source: pip install '.[cpu]'); this "
-            "runtime opens .tflite and .onnx files. Received: "
-            f"{flag}={path!r}"
-        ) from None
-    return with_tensorflow.open_tensorflow_kind(kind, file, allow_unsafe)
+            "(from keras_attn's source: pip install '.[cpu]', then `import "
+            "keras_attn.opener`); this runtime opens .tflite and .onnx "
+            f"files. Received: {flag}={path!r}"
+        )
+    return load(file, allow_unsafe)

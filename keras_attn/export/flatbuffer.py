@@ -28,7 +28,8 @@ def read_model(path_or_bytes):
     return utils.convert_bytearray_to_object(data)
 
 
-def enum_names(schema, enum):
+def enum_names(enum):
+    """`{value: name}` of a LiteRT schema enum (`BuiltinOperator`, ...)."""
     return {v: k for k, v in vars(enum).items() if not k.startswith("_")}
 
 
@@ -68,7 +69,7 @@ def _rewrite(data, graph_pass):
     no pass changed anything."""
     schema, utils = litert_schema()
     model = read_model(data)
-    ops = enum_names(schema, schema.BuiltinOperator)
+    ops = enum_names(schema.BuiltinOperator)
     changed = False
     for graph in model.subgraphs:
         changed |= graph_pass(model, graph, ops)

@@ -17,6 +17,7 @@ from keras_attn.export.flatbuffer import (
     keep_probability_ranges,
 )
 from keras_attn.export.unroll import has_rnn, litert_ready, with_dynamic_length
+from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
 
@@ -79,7 +80,7 @@ def convert_tflite(
     with scratch_dir() as tmp:
         with logs.quiet():
             tf.saved_model.save(
-                module, tmp, signatures={"serving_default": frozen}
+                module, tmp, signatures={DEFAULT_SIGNATURE: frozen}
             )
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
         return _convert(

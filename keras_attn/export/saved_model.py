@@ -9,6 +9,7 @@ signature; `saved_model_cli run` does the same), not only through
 
 from keras_attn.export import logs
 from keras_attn.export.destination import check_destination, staged
+from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
 KNOWN_WORDS = "known_words"
 VARIABLES = "served_variables"
@@ -150,7 +151,7 @@ def _serve_function(model, input_signature=None, vectorizer=None):
 
 def write_saved_model(model, tmp, input_signature=None, vectorizer=None):
     serve = _serve_function(model, input_signature, vectorizer)
-    save_signatures(tmp, {"serving_default": serve}, trackables=[model])
+    save_signatures(tmp, {DEFAULT_SIGNATURE: serve}, trackables=[model])
 
 
 def export_saved_model(

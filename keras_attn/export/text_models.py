@@ -46,7 +46,7 @@ def split_text_model(text_model):
     return vectorizers[0], inner[0]
 
 
-def _text_settings(quantize, calibration_texts, dynamic_length, names):
+def _text_settings(quantize, calibration_texts, names):
     """Check the LiteRT settings of a text export before any work."""
     if quantize not in QUANTIZATIONS:
         raise ValueError(
@@ -174,7 +174,7 @@ def check_text_export(
             names["saved_model"],
         )
     if tflite is not None:
-        _text_settings(quantize, calibration_texts, dynamic_length, names)
+        _text_settings(quantize, calibration_texts, names)
         targets["tflite"] = check_destination(
             tflite, "tflite", overwrite, protect, names["tflite"]
         )

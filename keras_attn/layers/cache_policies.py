@@ -194,15 +194,6 @@ class _Policy:
         written = _scatter_steps(positions + 1, mine + 1, weights) - 1
         return k, v, seen, (*state, written)
 
-    def mask(self, index, key_positions, query, query_mask=None):
-        """`(B, Tq, T)`: `allowed` for the steps of `query` `(B, Tq, D)`
-        from position `index`, and their padding (`query_mask`)."""
-        steps = ops.arange(ops.shape(query)[1], dtype="int32") + index
-        mask = self.allowed(steps, key_positions)
-        if query_mask is None:
-            return mask
-        return ops.logical_and(mask, ops.cast(query_mask, "bool")[:, :, None])
-
     def allowed(self, query_positions, key_positions):
         """`(B, Tq, T)`: query `i` (positions `(Tq,)`) may attend to key
         `j` (positions `(B, T)`): `0 <= j <= i`, within the window or a
@@ -265,11 +256,6 @@ class FullCache:
 
 
 FULL = FullCache()
-POLICIES = {
-    "sliding_window": SlidingWindowCache,
-    "sinks": SinkCache,
-    "int8": Int8Cache,
-}
 
 
 def get(policy):

@@ -19,6 +19,7 @@ from keras_attn.export import translator_file
 from keras_attn.seq2seq import samplers
 from keras_attn.translation import search_methods, segmenting
 from keras_attn_runtime import DETOKENIZERS
+from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
 # Joining French output tokens (the runtime's named rules).
 DETOKENIZE = DETOKENIZERS["french"]
@@ -303,7 +304,7 @@ class Translator(tf.Module):
         from keras_attn.export import export_module
 
         signatures = {
-            "serving_default": self.translate,
+            DEFAULT_SIGNATURE: self.translate,
             "translate": self.translate,
             "translate_greedy": self.translate_greedy,
         }

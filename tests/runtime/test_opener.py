@@ -46,6 +46,8 @@ def test_nothing_to_open_names_the_flag_and_the_value(tmp_path):
 
 
 def test_the_runtime_opens_tensorflow_kinds_through_the_library(tmp_path):
+    import keras_attn.opener  # noqa: F401  (registers the TensorFlow kinds)
+
     touch(str(tmp_path / "model.keras"))
     with pytest.raises(ValueError, match="Could not load a Keras model"):
         opener.open(str(tmp_path))
@@ -261,8 +263,44 @@ def test_a_saved_model_without_keras_attn_says_how_to_get_it(
     # It said `pip install keras-attn`, a name no package index serves.
     folder = tmp_path / "sm"
     touch(str(folder / "saved_model.pb"))
-    monkeypatch.setitem(sys.modules, "keras_attn.opener", None)
+    monkeypatch.setattr(opener, "_LOADERS", {})  # nothing registered
     with pytest.raises(ValueError, match="pip install '.\\[cpu\\]'") as info:
         opener.open(str(folder))
     assert "pip install keras-attn." not in str(info.value)
     assert "this runtime opens .tflite and .onnx files" in str(info.value)
+
+
+def test_the_runtime_imports_nothing_of_the_library_above_it():
+    # It imported `keras_attn.opener` to open SavedModels, which imported
+    # it back: a circle, and an arrow from the bottom floor up.
+    import ast
+
+    folder = os.path.join(ROOT, "keras_attn_runtime")
+    upward = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            modules = []
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+            upward += [
+                (name, m)
+                for m in modules
+                if m.split(".")[0] in ("keras_attn", "keras_attn_cli", "keras")
+                or m.split(".")[0] == "tensorflow"
+            ]
+    assert upward == []
+
+
+def test_the_command_line_registers_the_tensorflow_kinds(monkeypatch):
+    from keras_attn_cli.models import open_model
+
+    monkeypatch.setattr(opener, "_LOADERS", {})
+    artifact = open_model(os.path.join(SHIPPED, "imdb_ssa"))
+    assert artifact.kind == "saved_model"
+    assert opener.registered() == ["keras", "saved_model"]
