@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from keras_attn_cli import http_routes
+from keras_attn_cli import http_routes, openai_api
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
 from keras_attn_runtime.opener import ModelError
@@ -425,6 +425,7 @@ def _run_server(models, host, sock, limits, log, access, log_level="info"):
     http_routes.add_tf_serving_routes(
         app, models, limits["max_body_bytes"], access
     )
+    generative = openai_api.add_openai_routes(app, models)
     rest = RESTServer(
         "kserve.model_server:app",
         server.dataplane,
@@ -452,6 +453,11 @@ def _run_server(models, host, sock, limits, log, access, log_level="info"):
                 raise PortInUse("--grpc-port", host, grpc_port)
         # Both ports are bound: only now does the server say it serves.
         log(_serving_line(models, host, port, grpc_port))
+        if generative:
+            log(
+                f"OpenAI's API for {generative}: {openai_api.PREFIX}/models, "
+                "/completions, /chat/completions"
+            )
         try:
             if rpc is not None:
                 await rpc.start()
