@@ -156,13 +156,6 @@ def test_the_runtime_translates_a_list_of_sentences():
         translator.translate([one, 3])
 
 
-def test_serve_log_levels_are_the_servers():
-    pytest.importorskip("kserve")
-    from keras_attn_cli import LOG_LEVELS, serve
-
-    assert LOG_LEVELS == serve.LOG_LEVELS
-
-
 @pytest.mark.parametrize(
     "args, needle",
     [

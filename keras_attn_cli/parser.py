@@ -1,0 +1,330 @@
+"""The `keras-attn` argument parser, built from tables: the global
+flags, `serve`'s settings and each command's arguments. Nothing heavy is
+imported here, so `--help` and argument errors answer at once."""
+
+import argparse
+import sys
+
+DESCRIPTION = """keras_attn: attention layers, their example models, export.
+
+With no command, classifies sample reviews with the shipped IMDB model and
+translates a few sentences; without models it says how to get them
+(`keras-attn demo` trains a tiny model on a generated task). Models are
+looked up in --models, else $KERAS_ATTN_MODELS, else
+saved_models/ beside a source checkout, else the installed
+keras-attn-models distribution; never in the working directory."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _flag(*names, **settings):
+    """One `add_argument` call: the names, then its keyword arguments."""
+    return names, settings
+
+
+def _texts(texts_help):
+    """Texts on the line or from --file."""
+    return (
+        _flag("text", nargs="*", help=texts_help),
+        _flag(
+            "--file",
+            default=None,
+            metavar="PATH",
+            help="read texts from a file, one per line ('-' for stdin)",
+        ),
+    )
+
+
+def _unsafe(verb):
+    return _flag(
+        "--allow-unsafe-ops",
+        action="store_true",
+        help=f"{verb} a SavedModel holding ops outside the allowlist",
+    )
+
+
+def _overwrite(what):
+    return _flag("--overwrite", action="store_true", help=f"replace {what}")
+
+
+# Options before the command (`--verbose` and `--sandbox` anywhere).
+GLOBAL_FLAGS = (
+    _flag(
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's logs and full tracebacks",
+    ),
+    _flag(
+        "--sandbox",
+        action="store_true",
+        help="run the command in a bubblewrap sandbox: no network, a "
+        "read-only file system, an empty /tmp as scratch (for models from "
+        "strangers; needs the bubblewrap package)",
+    ),
+    _flag(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop with an error if the command runs longer (a model from "
+        "a stranger can loop forever)",
+    ),
+    _flag(
+        "--accelerator",
+        choices=("cpu", "gpu", "npu"),
+        default="cpu",
+        help="where LiteRT runs a .tflite (predict, explain, serve): the "
+        "CPU (default), or a GPU or an NPU with the CPU running what it "
+        "cannot; an error names a missing one",
+    ),
+    _flag(
+        "--models",
+        default=None,
+        metavar="DIR",
+        help="folder of shipped models (default: $KERAS_ATTN_MODELS, else "
+        "the checkout's saved_models/, else the installed keras-attn-models;"
+        " never ./saved_models)",
+    ),
+)
+
+# `keras-attn serve --log-level`'s choices (`keras_attn_cli.serve`'s
+# LOG_LEVELS; a test ties them).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+# `keras-attn serve`'s settings: (flag, type, default, help). The
+# defaults are `keras_attn_cli.serve`'s LIMITS and BATCHING.
+SERVE_FLAGS = (
+    ("--host", str, "127.0.0.1", "address to listen on (0.0.0.0: all)"),
+    ("--port", int, 8501, "HTTP port (TensorFlow Serving's REST port)"),
+    (
+        "--grpc-port",
+        int,
+        8500,
+        "gRPC port: TensorFlow Serving's and KServe v2's gRPC APIs (0: off)",
+    ),
+    ("--max-body-bytes", int, 1 << 20, "largest request body"),
+    ("--max-instances", int, 256, "most examples in one request"),
+    ("--max-text-bytes", int, 100_000, "longest text input (UTF-8 bytes)"),
+    ("--max-batch-size", int, 32, "most examples merged into one call"),
+    ("--batch-wait-ms", float, 5.0, "longest wait for a batch to fill"),
+)
+
+# Each command: (name, help, its arguments), in the order of `--help`.
+COMMANDS = (
+    (
+        "classify",
+        "classify reviews (the default)",
+        (
+            *_texts("reviews (default: samples)"),
+            _flag("--model", default=None, help="a .keras text model"),
+        ),
+    ),
+    (
+        "demo",
+        "train a tiny model on a generated task",
+        (
+            _flag(
+                "--epochs",
+                type=int,
+                default=8,
+                help="training epochs (default: 8)",
+            ),
+        ),
+    ),
+    (
+        "explain",
+        "attention HTML + PNG for one text",
+        (
+            _flag(
+                "model",
+                help="a .keras text model or its folder, or a .tflite with "
+                "an attention output (the shipped imdb_edge file)",
+            ),
+            _flag("text", nargs="?", default=None, help="the text (or --file)"),
+            _flag(
+                "--file",
+                default=None,
+                metavar="PATH",
+                help="the text from a file",
+            ),
+            _flag(
+                "--out",
+                default="explain_out",
+                help="output folder (default: ./explain_out)",
+            ),
+            _overwrite(
+                "attention.html/.png files that are not earlier keras-attn "
+                "explain outputs"
+            ),
+        ),
+    ),
+    (
+        "export",
+        "SavedModel, LiteRT and ONNX export",
+        (
+            _flag("model", help="a .keras raw-text model or its folder"),
+            _flag("--saved-model", default=None, help="target folder"),
+            _flag("--tflite", default=None, help="target .tflite file"),
+            _flag(
+                "--onnx",
+                default=None,
+                help="target .onnx file (token ids in; vocabulary in its "
+                "metadata)",
+            ),
+            _flag(
+                "--quantize",
+                default="none",
+                choices=["none", "float16", "dynamic", "int8"],
+                help="LiteRT weights: float32 (none), float16, dynamic-range "
+                "int8 (int8 weights, float activations), or int8: "
+                "full-integer int8 weights and activations, calibrated on "
+                "--calibration texts (slow for recurrent models: they are "
+                "unrolled step by step)",
+            ),
+            _flag(
+                "--calibration",
+                default=None,
+                help="texts, one per line (int8)",
+            ),
+            _flag(
+                "--dynamic-length",
+                action="store_true",
+                help="LiteRT input of variable length: each text runs at its "
+                "own length (recurrent models get faster; with int8 only "
+                "for models without a recurrent layer)",
+            ),
+            _overwrite("destinations that are not earlier exports"),
+        ),
+    ),
+    (
+        "translate",
+        "English to French (shipped model)",
+        (
+            *_texts("English sentences"),
+            _flag("--model", default=None, help="translator folder"),
+            _flag(
+                "--alignment",
+                action="store_true",
+                help="print the first alignment",
+            ),
+            _flag(
+                "--stream",
+                action="store_true",
+                help="print the words as they are decoded, from a streaming "
+                "LiteRT translator (--model: the file, or a folder holding "
+                "streaming.tflite)",
+            ),
+            _unsafe("run"),
+        ),
+    ),
+    (
+        "align",
+        "translation alignment heatmap (PNG)",
+        (
+            _flag("model", help="translator folder or its saved_model"),
+            _flag("text"),
+            _flag(
+                "--out",
+                default="alignment.png",
+                help="PNG file to write (default: ./alignment.png)",
+            ),
+            _unsafe("run"),
+        ),
+    ),
+    (
+        "predict",
+        "run a .keras, SavedModel folder, .tflite or .onnx",
+        (
+            _flag("artifact"),
+            *_texts("texts to classify"),
+            _flag(
+                "--vocabulary",
+                default=None,
+                help="for a .tflite without an embedded vocabulary",
+            ),
+            _unsafe("run"),
+        ),
+    ),
+    (
+        "serve",
+        "serve models over TensorFlow Serving's REST API (KServe)",
+        (
+            _flag(
+                "model",
+                nargs="*",
+                help="a shipped model's name, a folder, a SavedModel, a "
+                ".keras or a .tflite (default: every shipped model, under "
+                "its folder name)",
+            ),
+            *(
+                _flag(
+                    flag,
+                    type=kind,
+                    default=default,
+                    help=f"{text} (default: {default})",
+                )
+                for flag, kind, default, text in SERVE_FLAGS
+            ),
+            _flag(
+                "--model-versions",
+                default="latest",
+                help="of a folder of numbered versions (MODEL/1/, MODEL/2/): "
+                "latest, all or N,M (default: latest)",
+            ),
+            _flag(
+                "--auth-token-file",
+                default=None,
+                help="a file holding a bearer token that every route but "
+                "the health routes then needs (default: none)",
+            ),
+            _flag(
+                "--enable-model-management",
+                action="store_true",
+                help="turn on KServe's /v2/repository load and unload "
+                "routes (default: off)",
+            ),
+            _flag(
+                "--model-name",
+                default=None,
+                metavar="NAME",
+                help="the name clients use for the one model served "
+                "(default: its folder's or file's name)",
+            ),
+            _flag(
+                "--log-level",
+                default="info",
+                choices=LOG_LEVELS,
+                help="the server's log: info logs each request, warning "
+                "each client error in one line (default: info)",
+            ),
+            _flag(
+                "--enable-docs",
+                action="store_true",
+                help="turn on the OpenAPI pages, /openapi.json and /docs "
+                "(default: off)",
+            ),
+            _unsafe("serve"),
+        ),
+    ),
+)
+
+
+def build_parser():
+    """The `keras-attn` parser, from `GLOBAL_FLAGS` and `COMMANDS`."""
+    parser = _Parser(
+        prog="keras-attn",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for names, settings in GLOBAL_FLAGS:
+        parser.add_argument(*names, **settings)
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    for name, text, flags in COMMANDS:
+        command = sub.add_parser(name, help=text)
+        for names, settings in flags:
+            command.add_argument(*names, **settings)
+    return parser

@@ -1,0 +1,47 @@
+"""The command line's flag tables (`keras_attn_cli.parser`) imports
+nothing heavy, so its choices and defaults are copies of the library's:
+these tests tie each copy to its owner."""
+
+import pytest
+
+from keras_attn_cli import parser
+
+
+def choices(command, flag):
+    built = parser.build_parser()
+    sub = next(
+        a
+        for a in built._actions
+        if getattr(a, "choices", None) and command in a.choices
+    )
+    action = next(
+        a for a in sub.choices[command]._actions if flag in a.option_strings
+    )
+    return tuple(action.choices), action.default
+
+
+def test_quantize_choices_are_the_exporters():
+    from keras_attn.export import QUANTIZATIONS
+
+    assert choices("export", "--quantize") == (tuple(QUANTIZATIONS), "none")
+
+
+def test_accelerator_choices_are_the_runtimes():
+    from keras_attn_runtime.engine import ACCELERATORS
+
+    (action,) = [
+        a
+        for a in parser.build_parser()._actions
+        if "--accelerator" in a.option_strings
+    ]
+    assert tuple(action.choices) == ACCELERATORS and action.default == "cpu"
+
+
+def test_serve_defaults_and_log_levels_are_the_servers():
+    pytest.importorskip("kserve")
+    from keras_attn_cli import serve
+
+    defaults = {flag: default for flag, _, default, _ in parser.SERVE_FLAGS}
+    for key, value in {**serve.LIMITS, **serve.BATCHING}.items():
+        assert defaults["--" + key.replace("_", "-")] == value, key
+    assert choices("serve", "--log-level") == (serve.LOG_LEVELS, "info")
