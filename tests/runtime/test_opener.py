@@ -175,6 +175,16 @@ MALFORMED_CONFIGS = {
 }
 
 
+def micro_bytes():
+    """The shipped micro classifier's bytes (a small LiteRT file)."""
+    pytest.importorskip("ai_edge_litert")
+    shipped = os.path.join(SHIPPED, "imdb_micro", "model_int8.tflite")
+    if not os.path.isfile(shipped):
+        pytest.skip("no shipped imdb_micro file")
+    with open(shipped, "rb") as f:
+        return f.read()
+
+
 def with_config(data, raw, path):
     from keras_attn.export import with_metadata
 
@@ -184,14 +194,7 @@ def with_config(data, raw, path):
 
 @pytest.mark.parametrize("case", sorted(MALFORMED_CONFIGS))
 def test_malformed_litert_metadata_is_refused_naming_the_file(tmp_path, case):
-    pytest.importorskip("ai_edge_litert")
-    shipped = os.path.join(
-        ROOT, "saved_models", "imdb_micro", "model_int8.tflite"
-    )
-    if not os.path.isfile(shipped):
-        pytest.skip("no shipped imdb_micro file")
-    with open(shipped, "rb") as f:
-        data = f.read()
+    data = micro_bytes()
     path = with_config(data, MALFORMED_CONFIGS[case], tmp_path / "bad.tflite")
     with pytest.raises(ValueError, match="bad.tflite"):
         opener.open(path)
@@ -222,14 +225,7 @@ def test_the_command_line_says_one_line_for_a_list_config(tmp_path):
     import subprocess
     import sys
 
-    pytest.importorskip("ai_edge_litert")
-    shipped = os.path.join(
-        ROOT, "saved_models", "imdb_micro", "model_int8.tflite"
-    )
-    if not os.path.isfile(shipped):
-        pytest.skip("no shipped imdb_micro file")
-    with open(shipped, "rb") as f:
-        path = with_config(f.read(), b"[1, 2]", tmp_path / "bad.tflite")
+    path = with_config(micro_bytes(), b"[1, 2]", tmp_path / "bad.tflite")
     done = subprocess.run(
         [sys.executable, "-m", "keras_attn_cli", "predict", path, "fine"],
         capture_output=True,
