@@ -10,11 +10,10 @@ is served are off unless turned on, and with a token every call but the
 health checks needs `authorization: Bearer TOKEN` in its metadata.
 """
 
-import hmac
-
 import grpc
 import numpy as np
 
+from keras_attn_cli import access
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
 from keras_attn_cli.http_routes import version_table
@@ -282,35 +281,42 @@ def _servicers():
     return Prediction, Status
 
 
+def method_kind(method):
+    """The kind of call (`keras_attn_cli.access`) a gRPC method is."""
+    if method in HEALTH_METHODS:
+        return access.HEALTH
+    if method in MANAGEMENT_METHODS:
+        return access.MANAGEMENT
+    return access.OTHER
+
+
 class Gate(grpc.aio.ServerInterceptor):
-    """The gRPC side of `http_routes.Gate`: management methods off unless
-    turned on, and a bearer token on every call but the health checks."""
+    """`keras_attn_cli.access`'s rule on gRPC: a method that is off is
+    UNIMPLEMENTED naming the flag that turns it on; a call without the
+    token UNAUTHENTICATED."""
 
     def __init__(self, access):
         self.access = access
 
     async def intercept_service(self, continuation, details):
         method = details.method
-        refusal = None
-        if method in MANAGEMENT_METHODS and not self.access["model_management"]:
-            refusal = (
-                grpc.StatusCode.UNIMPLEMENTED,
-                f"{method} is off (turned on by --enable-model-management)",
-            )
-        token = self.access["token"]
-        if refusal is None and token and method not in HEALTH_METHODS:
-            metadata = dict(details.invocation_metadata or ())
-            given = str(metadata.get("authorization", "")).encode("utf-8")
-            expected = b"Bearer " + token.encode("utf-8")
-            if not hmac.compare_digest(given, expected):
-                refusal = (
-                    grpc.StatusCode.UNAUTHENTICATED,
-                    "this server needs the metadata 'authorization: Bearer "
-                    "<token>' (--auth-token-file)",
-                )
-        if refusal is None:
+        metadata = dict(details.invocation_metadata or ())
+        refused = access.refusal(
+            method_kind(method),
+            str(metadata.get("authorization", "")),
+            self.access,
+        )
+        if refused is None:
             return _refusing_malformed(await continuation(details))
-        code, message = refusal
+        if refused.off:
+            code = grpc.StatusCode.UNIMPLEMENTED
+            message = f"{method} is off (turned on by {refused.off})"
+        else:
+            code = grpc.StatusCode.UNAUTHENTICATED
+            message = (
+                "this server needs the metadata 'authorization: Bearer "
+                "<token>' (--auth-token-file)"
+            )
 
         async def refuse(request, context):
             await context.abort(code, message)

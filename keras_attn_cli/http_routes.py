@@ -7,10 +7,10 @@ every route but the health routes). ASGI middleware and FastAPI routes;
 `keras_attn_cli.serve` installs them on KServe's app.
 """
 
-import hmac
 import json
 import re
 
+from keras_attn_cli import access
 from keras_attn_cli import tf_serving_api as api
 
 
@@ -60,51 +60,50 @@ HEALTH_ROUTES = ("/", "/v2/health/live", "/v2/health/ready")
 # unless a flag turns them on.
 MANAGEMENT_PREFIX = "/v2/repository/"
 DOCS_ROUTES = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
-ACCESS = {
-    "token": None,
-    "model_management": False,
-    "docs": False,
-    "grpc_port": 0,
-}
+
+
+def route_kind(path):
+    """The kind of call (`keras_attn_cli.access`) a REST route is."""
+    if path in HEALTH_ROUTES:
+        return access.HEALTH
+    if path.startswith(MANAGEMENT_PREFIX):
+        return access.MANAGEMENT
+    if path in DOCS_ROUTES:
+        return access.DOCS
+    return access.OTHER
 
 
 class Gate:
-    """ASGI middleware: what a stranger may call. Routes that change what
-    is served (`/v2/repository/...`) and the OpenAPI pages answer 404
-    unless turned on; with a token, every route but the health routes
-    needs `Authorization: Bearer TOKEN` (401 otherwise)."""
+    """ASGI middleware: `keras_attn_cli.access`'s rule on REST. A route
+    that is off answers 404 naming the flag that turns it on; a call
+    without the token 401."""
 
     def __init__(self, app, access):
-        self.app, self.access = app, {**ACCESS, **access}
+        self.app, self.access = app, access
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
-        off = None
-        if path.startswith(MANAGEMENT_PREFIX):
-            if not self.access["model_management"]:
-                off = "--enable-model-management"
-        elif path in DOCS_ROUTES and not self.access["docs"]:
-            off = "--enable-docs"
-        if off:
+        headers = dict(scope.get("headers") or [])
+        refused = access.refusal(
+            route_kind(path), headers.get(b"authorization", b""), self.access
+        )
+        if refused is None:
+            return await self.app(scope, receive, send)
+        if refused.off:
             return await _json(
-                send, 404, f"Not served: {path} is off (turned on by {off})"
+                send,
+                404,
+                f"Not served: {path} is off (turned on by {refused.off})",
             )
-        token = self.access["token"]
-        if token and path not in HEALTH_ROUTES:
-            headers = dict(scope.get("headers") or [])
-            given = headers.get(b"authorization", b"")
-            expected = b"Bearer " + token.encode("utf-8")
-            if not hmac.compare_digest(given, expected):
-                return await _json(
-                    send,
-                    401,
-                    "Unauthorized: this server needs "
-                    "'Authorization: Bearer <token>' (--auth-token-file)",
-                    [(b"www-authenticate", b"Bearer")],
-                )
-        return await self.app(scope, receive, send)
+        return await _json(
+            send,
+            401,
+            "Unauthorized: this server needs "
+            "'Authorization: Bearer <token>' (--auth-token-file)",
+            [(b"www-authenticate", b"Bearer")],
+        )
 
 
 class V2JsonBody:

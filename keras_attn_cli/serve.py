@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from keras_attn_cli import access as access_rule
 from keras_attn_cli import http_routes, openai_api
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
@@ -269,7 +270,7 @@ def serve(
 ):
     """Load `artifacts` (`[(name, {version: path})]`, or `(name, path)`
     for version 1) and serve them until SIGTERM or SIGINT, which finish
-    the requests in flight and return 0. `access`: `http_routes.ACCESS`'s
+    the requests in flight and return 0. `access`: `access.ACCESS`'s
     keys (a bearer token, the routes turned on, the gRPC port).
     `accelerator`: where LiteRT runs a `.tflite` (`"cpu"`, `"gpu"`,
     `"npu"`). `log_level`: one of `LOG_LEVELS`."""
@@ -283,7 +284,7 @@ def serve(
         raise ValueError(
             f"Two models would be served under one name. Received: {names}"
         )
-    access = {**http_routes.ACCESS, **(access or {})}
+    access = {**access_rule.ACCESS, **(access or {})}
     # Ports first: a busy one is refused before minutes of loading, and
     # before anything says "serving".
     sock = _listen(host, port, "--port")
