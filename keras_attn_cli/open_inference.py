@@ -16,7 +16,7 @@ triples and encode the answer back.
 
 import numpy as np
 
-from keras_attn_cli.tf_serving_api import RequestError
+from keras_attn_cli.limits import RequestError, check_count, check_text
 
 # NumPy dtype names (as a runtime `Signature` spells them) and their v2
 # datatypes.
@@ -94,14 +94,10 @@ def parse_infer(tensors, signature, limits):
             f"{ {k: len(v) for k, v in given.items()} }"
         )
     (count,) = counts
-    if count > limits["max_instances"]:
-        raise RequestError(
-            f"Too many examples in one request: at most "
-            f"{limits['max_instances']}. Received: {count}"
-        )
+    check_count(count, limits)
     for name, array in given.items():
         if expected[name][0] == "string":
-            given[name] = _texts(array, name, limits["max_text_bytes"])
+            given[name] = _texts(array, name, limits)
     return given
 
 
@@ -118,7 +114,7 @@ def _examples(array, name):
     return array
 
 
-def _texts(array, name, max_bytes):
+def _texts(array, name, limits):
     """A text column as an object array of bytes, each checked."""
     column = []
     for i, value in enumerate(array.tolist()):
@@ -128,11 +124,7 @@ def _texts(array, name, max_bytes):
                 f"Expected bytes in input {name!r}, example {i}. "
                 f"Received: {type(value).__name__}"
             )
-        if len(data) > max_bytes:
-            raise RequestError(
-                f"Text too long in input {name!r}, example {i}: at most "
-                f"{max_bytes} bytes. Received: {len(data)} bytes"
-            )
+        check_text(data, f"input {name!r}, example {i}", limits)
         column.append(data)
     return np.array(column, dtype=object).reshape(len(column))
 

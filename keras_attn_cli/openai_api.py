@@ -22,6 +22,7 @@ import time
 import uuid
 
 from keras_attn_cli import tf_serving_api as api
+from keras_attn_cli.limits import check_text
 
 PREFIX = "/openai/v1"
 GENERATE = "translate"  # the signature a generative model answers with
@@ -352,12 +353,7 @@ async def _translate(model, prompt):
     import numpy as np
     from kserve.errors import InferenceError
 
-    limits = model.limits
-    if len(prompt.encode("utf-8")) > limits["max_text_bytes"]:
-        raise OpenAIError(
-            f"Text too long: at most {limits['max_text_bytes']} bytes "
-            "(--max-text-bytes)."
-        )
+    check_text(prompt.encode("utf-8"), "the prompt", model.limits)
     try:
         out = await model.run(
             GENERATE, {"text": np.array([prompt.encode("utf-8")], object)}

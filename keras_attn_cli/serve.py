@@ -26,13 +26,9 @@ from keras_attn_cli import access as access_rule
 from keras_attn_cli import http_routes, openai_api
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
+from keras_attn_cli.limits import LIMITS  # noqa: F401  (serve.LIMITS)
 from keras_attn_runtime.opener import ModelError
 
-LIMITS = {
-    "max_body_bytes": 1 << 20,
-    "max_instances": 256,
-    "max_text_bytes": 100_000,
-}
 BATCHING = {"max_batch_size": 32, "batch_wait_ms": 5.0}
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # The loggers of the server's parts: KServe's, uvicorn's (its access log

@@ -21,11 +21,8 @@ import json
 
 import numpy as np
 
+from keras_attn_cli.limits import RequestError, check_count, check_text
 from keras_attn_runtime.signature import DEFAULT_SIGNATURE
-
-
-class RequestError(ValueError):
-    """A request that cannot be served; its message says why (a 400)."""
 
 
 def parse_json(body):
@@ -73,12 +70,7 @@ def _column(values, name, dtype, limits):
         column = []
         for i, value in enumerate(values):
             data = _decode_string(value, f"{where}, example {i}")
-            if len(data) > limits["max_text_bytes"]:
-                raise RequestError(
-                    f"Text too long in {where}, example {i}: at most "
-                    f"{limits['max_text_bytes']} bytes. Received: "
-                    f"{len(data)} bytes"
-                )
+            check_text(data, f"{where}, example {i}", limits)
             column.append(data)
         return np.array(column, dtype=object).reshape(len(column))
     try:
@@ -130,11 +122,7 @@ def parse_predict(body, signatures, limits):
             f"{ {k: len(v) for k, v in columns.items()} }"
         )
     (count,) = counts
-    if count > limits["max_instances"]:
-        raise RequestError(
-            f"Too many examples in one request: at most "
-            f"{limits['max_instances']}. Received: {count}"
-        )
+    check_count(count, limits)
     arrays = {
         key: _column(values, key, signature.inputs[key][0], limits)
         for key, values in columns.items()

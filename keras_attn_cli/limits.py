@@ -1,0 +1,35 @@
+"""The request limits of `keras-attn serve`, one set for every protocol
+(TensorFlow Serving's REST and gRPC, KServe v2's, OpenAI's): their
+defaults (the flags `--max-body-bytes`, `--max-instances`,
+`--max-text-bytes`), the checks, and the error a refused request gets."""
+
+LIMITS = {
+    "max_body_bytes": 1 << 20,
+    "max_instances": 256,
+    "max_text_bytes": 100_000,
+}
+
+
+class RequestError(ValueError):
+    """A request that cannot be served; its message says why (a 400, or
+    gRPC's INVALID_ARGUMENT)."""
+
+
+def check_count(count, limits):
+    """A `RequestError` for more examples in one request than
+    `max_instances`."""
+    if count > limits["max_instances"]:
+        raise RequestError(
+            f"Too many examples in one request: at most "
+            f"{limits['max_instances']}. Received: {count}"
+        )
+
+
+def check_text(data, where, limits):
+    """A `RequestError` naming `where` for a text (UTF-8 bytes) longer
+    than `max_text_bytes`."""
+    if len(data) > limits["max_text_bytes"]:
+        raise RequestError(
+            f"Text too long in {where}: at most {limits['max_text_bytes']} "
+            f"bytes. Received: {len(data)} bytes"
+        )
