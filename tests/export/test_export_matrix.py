@@ -117,15 +117,21 @@ def keras_outputs(model, ids):
     return [np.asarray(o) for o in model.predict(ids, verbose=0)]
 
 
-def run_tflite(path_or_bytes, ids):
-    """Each row alone through a batch-1 LiteRT model; outputs by shape."""
-    from ai_edge_litert.interpreter import Interpreter
+def run_tflite(path_or_bytes, ids, builtin=False):
+    """Each row alone through a batch-1 LiteRT model; outputs by shape.
+    `builtin`: LiteRT's builtin kernels, as the runtime's default, instead
+    of XNNPACK."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     kwargs = (
         {"model_content": path_or_bytes}
         if isinstance(path_or_bytes, bytes)
         else {"model_path": path_or_bytes}
     )
+    if builtin:
+        kwargs["experimental_op_resolver_type"] = (
+            OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        )
     interpreter = Interpreter(**kwargs)
     inp = interpreter.get_input_details()[0]
     if tuple(inp["shape"]) != (1, T):
@@ -235,10 +241,12 @@ def test_our_litert_exports_match(name, quantize):
     assert_close(classic, want, TOLERANCE[quantize], name)
     # LiteRT's CompiledModel runs the file with its own buffers (every
     # output's size declared: the runtime would otherwise take the
-    # Interpreter) and equals the Interpreter.
+    # Interpreter) and equals the Interpreter on the same (builtin)
+    # kernels, the runtime's default.
     compiled = run_compiled_model(data, IDS)
-    assert compiled.keys() == classic.keys()
-    for shape, value in classic.items():
+    builtin = run_tflite(data, IDS, builtin=True)
+    assert compiled.keys() == builtin.keys() == classic.keys()
+    for shape, value in builtin.items():
         np.testing.assert_allclose(compiled[shape], value, rtol=0, atol=1e-6)
 
 
