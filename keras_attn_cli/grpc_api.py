@@ -13,10 +13,9 @@ health checks needs `authorization: Bearer TOKEN` in its metadata.
 import grpc
 import numpy as np
 
-from keras_attn_cli import access
+from keras_attn_cli import access, registry
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
-from keras_attn_cli.http_routes import version_table
 
 # The most values one value may fill (TensorFlow's rule for a tensor
 # proto holding fewer values than its shape), far past any request limit.
@@ -144,27 +143,15 @@ def signature_def_map(signatures):
 async def find(models, spec, context):
     """The served model `spec` names (its version, or the latest), or the
     call aborted with NOT_FOUND (unknown model, version or label)."""
-    versions = version_table(models)
-    if spec.name not in versions:
-        await context.abort(
-            grpc.StatusCode.NOT_FOUND,
-            f"Unknown model {spec.name!r}; served: {sorted(versions)}",
+    try:
+        key = registry.lookup(
+            registry.version_table(models),
+            spec.name,
+            version=spec.version.value if spec.HasField("version") else None,
+            label=spec.version_label or None,
         )
-    served = versions[spec.name]
-    if spec.version_label:
-        await context.abort(
-            grpc.StatusCode.NOT_FOUND,
-            f"Model {spec.name!r} has no version label {spec.version_label!r}",
-        )
-    if not spec.HasField("version"):
-        return models[spec.name]  # the latest
-    key = served.get(str(spec.version.value))
-    if key is None:
-        await context.abort(
-            grpc.StatusCode.NOT_FOUND,
-            f"Model {spec.name!r} has no version {spec.version.value}; "
-            f"served: {sorted(int(v) for v in served)}",
-        )
+    except registry.NotServed as err:
+        await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
     return models[key]
 
 
@@ -234,7 +221,7 @@ async def model_status(models, request, context):
 
     spec = request.model_spec
     model = await find(models, spec, context)
-    served = version_table(models)[spec.name]
+    served = registry.version_table(models)[spec.name]
     numbers = [model.version] if spec.HasField("version") else served
     response = get_model_status_pb2.GetModelStatusResponse()
     for version in sorted((int(v) for v in numbers), reverse=True):

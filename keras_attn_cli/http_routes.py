@@ -10,7 +10,7 @@ every route but the health routes). ASGI middleware and FastAPI routes;
 import json
 import re
 
-from keras_attn_cli import access
+from keras_attn_cli import access, registry
 from keras_attn_cli import tf_serving_api as api
 
 
@@ -127,16 +127,6 @@ class V2JsonBody:
         return await self.app(scope, receive, send)
 
 
-def version_table(models):
-    """`{name: {version: registered name}}` of the served models (KServe
-    registers a model's latest version under its name, the others as
-    `name@version`)."""
-    table = {}
-    for key, model in models.items():
-        table.setdefault(model.public_name, {})[str(model.version)] = key
-    return table
-
-
 class VersionRoutes:
     """ASGI middleware: TensorFlow Serving's version and label routes
     (`/v1/models/NAME/versions/N[:predict|/metadata]`, `.../labels/L...`)
@@ -156,16 +146,16 @@ class VersionRoutes:
         found = self.ROUTE.fullmatch(path)
         if found:
             protocol, name, kind, value, rest = found.groups()
-            served = self.versions.get(name, {})
-            if kind == "labels" or value not in served:
-                what = "version" if kind == "versions" else "version label"
-                return await _json(
-                    send,
-                    404,
-                    f"Model {name!r} has no {what} {value!r}; served: "
-                    f"versions {sorted(served, key=int)}",
+            try:
+                key = registry.lookup(
+                    self.versions,
+                    name,
+                    version=value if kind == "versions" else None,
+                    label=value if kind == "labels" else None,
                 )
-            path = f"/{protocol}/models/{served[value]}{rest}"
+            except registry.NotServed as err:
+                return await _json(send, 404, str(err))
+            path = f"/{protocol}/models/{key}{rest}"
             scope = {**scope, "path": path, "raw_path": path.encode()}
         return await self.app(scope, receive, send)
 
@@ -220,7 +210,7 @@ def add_tf_serving_routes(app, models, max_body_bytes, access=None):
             )
         return models[name], None
 
-    versions = version_table(models)
+    versions = registry.version_table(models)
 
     async def model_status(model_name: str):
         model, missing = find(model_name)
