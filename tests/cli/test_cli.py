@@ -489,10 +489,12 @@ def test_long_inputs_stream_with_bounded_memory(tmp_path, monkeypatch):
     assert set(lines[0]) == {"é"}  # cut on a character boundary
     assert len(lines[0].encode()) <= cli_module.MAX_LINE_BYTES
 
+    from keras_attn_cli.commands import scoring
+
     chunks = []
     monkeypatch.setattr(
-        cli_module,
-        "_scorer",
+        scoring,
+        "scorer",
         lambda path, args: (
             lambda texts: (
                 chunks.append(len(texts)) or np.zeros(len(texts)),
@@ -500,13 +502,13 @@ def test_long_inputs_stream_with_bounded_memory(tmp_path, monkeypatch):
             )
         ),
     )
-    monkeypatch.setattr(cli_module, "resolve_model", lambda v, *a: v)
+    monkeypatch.setattr(scoring, "resolve_model", lambda v, *a: v)
     stdin = io.TextIOWrapper(io.BytesIO(b"good film\n" * 600))
     monkeypatch.setattr(sys, "stdin", stdin)
     args = keras_attn_cli.build_parser().parse_args(
         ["predict", "m.keras", "--file", "-"]
     )
-    assert cli_module._predict(args) == 0
+    assert cli_module.predict(args) == 0
     assert sum(chunks) == 600 and max(chunks) <= cli_module.CHUNK
 
 

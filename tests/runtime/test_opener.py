@@ -131,7 +131,7 @@ def test_an_onnx_classifier_is_served_and_predicted_alike(tmp_path):
     args = types.SimpleNamespace(
         accelerator="cpu", vocabulary=None, allow_unsafe_ops=False
     )
-    probs, known = commands._scorer(path, args)(texts)
+    probs, known = commands.scorer(path, args)(texts)
     np.testing.assert_array_equal(probs, out["probability"][:, 0])
     assert known == [2, 0, 3]
 

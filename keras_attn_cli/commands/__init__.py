@@ -1,0 +1,65 @@
+"""The commands of `keras-attn`, a module each (parsing lives in
+`keras_attn_cli.parser`; no module of `keras_attn` imports this package).
+
+Every command checks its inputs before work and reports problems as a
+`ValueError` naming the command-line flag; `keras_attn_cli.main` prints
+them as one `keras-attn: error: ...` line with exit status 2.
+"""
+
+from keras_attn_cli.commands.explaining import explain
+from keras_attn_cli.commands.exporting import export
+from keras_attn_cli.commands.scoring import (  # noqa: F401
+    NO_WORD,
+    SAMPLE_REVIEWS,
+    classify,
+    demo,
+    predict,
+    scorer,
+)
+from keras_attn_cli.commands.serving import serve
+from keras_attn_cli.commands.translating import (  # noqa: F401
+    SAMPLE_SENTENCES,
+    align,
+    print_translations,
+    translate,
+)
+from keras_attn_cli.inputs import (  # noqa: F401  (names tests reach here)
+    CHUNK,
+    MAX_LINE_BYTES,
+    iter_text_lines,
+    iter_texts,
+)
+from keras_attn_cli.models import (  # noqa: F401
+    find_shipped_model,
+    find_translator,
+    models_dir,
+    op_error_line,
+    resolve_model,
+    run_model,
+)
+
+
+def quiet():
+    """Silence TensorFlow's Python-side logging (the C++ side is silenced
+    by `TF_CPP_MIN_LOG_LEVEL`, set before import)."""
+    import logging
+
+    for name in ("tensorflow", "absl", "keras"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def run(args):
+    command = args.command or "classify"
+    return COMMANDS[command](args)
+
+
+COMMANDS = {
+    "serve": serve,
+    "classify": classify,
+    "demo": demo,
+    "explain": explain,
+    "export": export,
+    "translate": translate,
+    "align": align,
+    "predict": predict,
+}

@@ -1,0 +1,67 @@
+"""`keras-attn explain`: a text classifier's attention as an HTML page
+and a PNG heatmap (`keras_attn.explain` draws them)."""
+
+import os
+
+import numpy as np
+
+from keras_attn_cli.inputs import (
+    read_text_file,
+    snippet,
+)
+from keras_attn_cli.models import (
+    known_words,
+    load_classifier,
+    open_model,
+    resolve_model,
+    run_model,
+)
+
+
+def explain(args):
+    from keras_attn import explain as drawing
+
+    if args.text is not None and args.file is not None:
+        raise ValueError("Give the text or --file, not both.")
+    if args.file is not None:
+        text = "\n".join(read_text_file(args.file, "--file"))
+    else:
+        text = args.text
+    if text is None or not text.strip():
+        raise ValueError(f"Expected a non-empty text. Received: {text!r}")
+    if os.path.lexists(args.out) and not os.path.isdir(args.out):
+        raise ValueError(
+            f"Expected a folder for the pictures. Received: --out="
+            f"{args.out!r}, which is an existing file"
+        )
+    path = resolve_model(args.model, "model", "explain", args)
+    drawing.pyplot()  # matplotlib, or an error before anything is written
+    if path.endswith(".tflite"):  # the edge file's own attention
+        artifact = open_model(path, args.accelerator, flag="model")
+        model = getattr(artifact, "classifier", None)
+        if model is None:
+            raise ValueError(
+                "Expected a LiteRT text classifier with an attention output. "
+                f"Received: model={path!r}, a translator"
+            )
+        known = int((np.asarray(model.tokenizer([text])[0]) > 1).sum())
+    else:
+        model = load_classifier(path)
+        known = known_words(model, [text])[0]
+    if known == 0:
+        raise ValueError(
+            f"No known word in the text: nothing to explain. Received: "
+            f"{snippet(text)!r}"
+        )
+    drawing.check_outputs(args.out, args.overwrite)
+    result = run_model(drawing.attend, model, [text])[0]
+    os.makedirs(args.out, exist_ok=True)
+    html_path = drawing.write_html(
+        result, os.path.join(args.out, "attention.html")
+    )
+    png_path = drawing.write_heatmap(
+        result, os.path.join(args.out, "attention.png")
+    )
+    print(f"P(positive) = {result['probability']:.3f}")
+    print(f"wrote {html_path}\nwrote {png_path}")
+    return 0

@@ -1,0 +1,68 @@
+"""`keras-attn serve`: the flags checked and handed to
+`keras_attn_cli.serve`."""
+
+import os
+
+
+def serve(args):
+    from keras_attn_cli import SERVE_FLAGS, http_routes, models
+    from keras_attn_cli import serve as server
+
+    for flag, kind, _, _ in SERVE_FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        off = flag == "--grpc-port" and value == 0  # 0 turns gRPC off
+        if kind is not str and not value > 0 and not off:
+            raise ValueError(
+                f"Expected {flag} to be positive. Received: {flag}={value}"
+            )
+    for flag in ("--port", "--grpc-port"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value > 65535:
+            raise ValueError(
+                f"Expected {flag} to be at most 65535. Received: {flag}={value}"
+            )
+    if args.grpc_port == args.port:
+        raise ValueError(
+            "Expected --grpc-port to differ from --port. Received: "
+            f"--grpc-port={args.grpc_port}"
+        )
+    root = models.models_dir(args)
+    values = args.model
+    if not values:
+        if root is None:
+            raise ValueError(models.GET_MODELS)
+        values = [
+            name
+            for name in sorted(os.listdir(root))
+            if os.path.isdir(os.path.join(root, name))
+        ]
+    artifacts = [
+        models.served_versions(v, root, args.model_versions) for v in values
+    ]
+    if args.model_name is not None:
+        if len(artifacts) != 1:
+            raise ValueError(
+                "Expected one model with --model-name. Received: "
+                f"--model-name={args.model_name!r} for {len(artifacts)} models"
+            )
+        models.check_model_name(args.model_name)
+        artifacts = [(args.model_name, artifacts[0][1])]
+    limits = {key: getattr(args, key) for key in server.LIMITS}
+    batching = {key: getattr(args, key) for key in server.BATCHING}
+    return server.serve(
+        artifacts,
+        args.host,
+        args.port,
+        args.allow_unsafe_ops,
+        limits,
+        batching,
+        log=lambda line: print(f"keras-attn serve: {line}", flush=True),
+        accelerator=args.accelerator,
+        log_level=args.log_level,
+        access={
+            "token": http_routes.read_token(args.auth_token_file),
+            "model_management": args.enable_model_management,
+            "docs": args.enable_docs,
+            "grpc_port": args.grpc_port,
+        },
+    )

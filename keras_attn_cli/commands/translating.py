@@ -1,0 +1,207 @@
+"""`keras-attn translate` and `align`: a translator (its SavedModel or its
+LiteRT file) on sentences, its words, its alignment as a grid or a
+picture."""
+
+import os
+
+import numpy as np
+
+from keras_attn_cli.inputs import (
+    check_clause_lengths,
+    check_sentences,
+    read_texts,
+    snippet,
+)
+from keras_attn_cli.models import (
+    GET_MODELS,
+    find_translator,
+    interruptible,
+    load_translator,
+    models_dir,
+    resolve_model,
+    run_model,
+)
+from keras_attn_cli.progress import Progress
+
+SAMPLE_SENTENCES = [
+    "I am tired.",
+    "Where is the station?",
+    "She is reading a book.",
+    "We have to leave now.",
+]
+
+
+def _tokens(row):
+    return [t.decode() for t in row if t]
+
+
+def _check_length(out, texts, flag="text"):
+    """A clear error when a translator read only the start of an input
+    (its `source_truncated` output)."""
+    if "source_truncated" not in out:
+        return
+    limit = out["attention"].shape[-1]
+    if "source_length" in out:  # a translator that cuts long inputs
+        limit = int(out["source_length"].numpy()[0])
+    for text, cut in zip(texts, out["source_truncated"].numpy(), strict=True):
+        if cut:
+            raise ValueError(
+                f"Expected at most {limit} words per sentence (source "
+                "tokens: a subword translator counts word pieces; the "
+                "translator reads no more). Received: "
+                f"{flag}={snippet(text)!r}; "
+                "split it into shorter sentences"
+            )
+
+
+# Sentences a SavedModel translator gets in one call from `translate`:
+# the progress line moves between calls.
+TRANSLATE_CHUNK = 64
+
+
+def _print_grid(text, source, target, attention):
+    """A translation's attention as a grid of digits (weight x 10)."""
+    if not source or not target:
+        print(f"\nNo alignment for {text!r}: no tokens.")
+        return
+    print(f"\nAttention for {text!r} (weight x 10, rows French):")
+    width = max(len(w) for w in source) + 1
+    print(" " * 12 + "".join(w.rjust(width) for w in source))
+    for i, word in enumerate(target):
+        cells = "".join(
+            str(min(9, int(attention[i, j] * 10))).rjust(width)
+            for j in range(len(source))
+        )
+        print(word[:11].ljust(12) + cells)
+
+
+def print_translations(path, texts, alignment=False, allow_unsafe=False):
+    """Translate `texts` with the SavedModel translator at `path`; print
+    the first one's alignment as a grid."""
+    import tensorflow as tf
+
+    fn = load_translator(path, allow_unsafe)
+    translations, first = [], None
+    with Progress("translating", len(texts)) as progress:
+        for start in range(0, len(texts), TRANSLATE_CHUNK):
+            chunk = texts[start : start + TRANSLATE_CHUNK]
+            out = run_model(fn, tf.constant(chunk))
+            _check_length(out, chunk)
+            first = first or out
+            translations += [t.decode() for t in out["translation"].numpy()]
+            progress.update(start + len(chunk))
+    print(f"Translator: {path}\n")
+    for text, fr in zip(texts, translations, strict=True):
+        print(f"{text}  ->  {fr}")
+    if alignment:
+        src = _tokens(first["source_tokens"].numpy()[0])
+        tgt = _tokens(first["target_tokens"].numpy()[0])
+        _print_grid(texts[0], src, tgt, first["attention"].numpy()[0])
+    return 0
+
+
+def _print_litert_translations(path, texts, alignment=False):
+    """`print_translations` for a LiteRT translator (`.tflite`)."""
+    from keras_attn_runtime import LiteRTTranslator
+
+    translator = LiteRTTranslator(path)
+    check_clause_lengths(translator, texts)
+    out = []
+    with Progress("translating", len(texts)) as progress:
+        for text in texts:
+            out.append(interruptible(translator.translate, text))
+            progress.update(len(out))
+    print(f"Translator: {path}\n")
+    for text, fr in zip(texts, out, strict=True):
+        print(f"{text}  ->  {fr}")
+    if alignment:
+        ids, attention, words = translator.translate_ids(texts[0])
+        target = [translator.target_vocab[i] for i in ids]
+        _print_grid(texts[0], words, target, attention)
+    return 0
+
+
+def translate(args):
+    if args.stream:
+        from keras_attn_cli.streaming import stream_translations
+
+        return stream_translations(args)
+    path = args.model and resolve_model(
+        args.model, "--model", "translator", args
+    )
+    path = path or find_translator(args)
+    if path is None:
+        raise ValueError(
+            GET_MODELS
+            if models_dir(args) is None
+            else f"No translator under {models_dir(args)}; pass --model, or "
+            "install the shipped ones (`pip install keras-attn-models`)."
+        )
+    texts = read_texts(args)
+    check_sentences(texts)
+    if path.endswith(".tflite"):
+        return _print_litert_translations(path, texts, args.alignment)
+    return print_translations(
+        path, texts, args.alignment, args.allow_unsafe_ops
+    )
+
+
+def align(args):
+    """Alignment heatmap (source × target tokens) from a translator."""
+    from keras_attn import explain
+
+    check_sentences([args.text])
+    if os.path.isdir(args.out):
+        raise ValueError(
+            f"Expected a file for the picture. Received: --out={args.out!r}, "
+            "which is a folder"
+        )
+    if os.path.isfile(args.out):
+        with open(args.out, "rb") as f:
+            if f.read(8) != b"\x89PNG\r\n\x1a\n":
+                raise ValueError(
+                    f"Refusing to replace a file that is not a PNG picture. "
+                    f"Received: --out={args.out!r}"
+                )
+    explain.pyplot()  # matplotlib, or an error before anything is printed
+    path = resolve_model(args.model, "model", "translator", args)
+    if path.endswith(".tflite"):
+        french, src, tgt, att = _litert_alignment(path, args.text)
+    else:
+        french, src, tgt, att = _saved_model_alignment(
+            path, args.text, args.allow_unsafe_ops
+        )
+    if not src:
+        raise ValueError(
+            f"No tokens to align: the translator found none in {args.text!r}"
+        )
+    explain.write_alignment_heatmap(src, tgt, att, args.out)
+    print(french)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _saved_model_alignment(path, text, allow_unsafe):
+    """`(translation, source tokens, target tokens, attention)` of `text`
+    from the SavedModel translator at `path`."""
+    import tensorflow as tf
+
+    out = run_model(load_translator(path, allow_unsafe), tf.constant([text]))
+    _check_length(out, [text])
+    src = _tokens(out["source_tokens"].numpy()[0])
+    tgt = _tokens(out["target_tokens"].numpy()[0])
+    att = out["attention"].numpy()[0][: len(tgt), : len(src)]
+    return out["translation"].numpy()[0].decode(), src, tgt, att
+
+
+def _litert_alignment(path, text):
+    """`_saved_model_alignment` for a LiteRT translator (one piece: the
+    alignment of a text cut into clauses would be several pictures)."""
+    from keras_attn_runtime import LiteRTTranslator
+
+    translator = LiteRTTranslator(path)
+    check_clause_lengths(translator, [text])
+    ids, att, src = translator.translate_ids(text)
+    tgt = [translator.target_vocab[i] for i in ids]
+    att = np.zeros((0, len(src))) if att is None else att
+    return translator.translate(text), src, tgt, att
