@@ -27,6 +27,7 @@ those of `imdb_classification.py`.
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -309,6 +310,7 @@ def measure(text_model, data, hp, folder, split):
             tflite=path,
             quantize=quantize,
             calibration_texts=calibration,
+            verbose=sys.stdout.isatty(),  # a progress bar on a terminal
         )
     texts = [t.decode() for t in data[split][0]]
     metrics = {

@@ -95,6 +95,7 @@ def main(argv=None):
                 quantize=quantize,
                 calibration_texts=calib,
                 dynamic_length=args.dynamic_length and quantize != "int8",
+                verbose=sys.stdout.isatty(),  # a progress bar on a terminal
             )
             convert_s = time.time() - start
             clf = LiteRTClassifier(path)

@@ -26,6 +26,7 @@ The recipe keeps both in bounds and fails if they are not:
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -95,6 +96,7 @@ def export_micro(text_model, data, hp, path):
         tflite=path,
         quantize="int8",
         calibration_texts=calibration,
+        verbose=sys.stdout.isatty(),  # a progress bar on a terminal
     )
     edge.check_edge_targets(path, sorted(edge.TARGETS))
 

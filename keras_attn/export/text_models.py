@@ -122,6 +122,7 @@ def export_text_tflite(
     dynamic_length=False,
     overwrite=False,
     protect=(),
+    verbose=False,
 ):
     """LiteRT model for a raw-text model, its vocabulary embedded.
 
@@ -130,7 +131,8 @@ def export_text_tflite(
     inside the flatbuffer as metadata (`keras_attn.vocabulary`,
     `keras_attn.config`), so a model can never be paired with another
     model's vocabulary. `keras_attn_runtime` tokenizes the same
-    way. `dynamic_length`: see `convert_tflite`.
+    way. `dynamic_length`: see `convert_tflite`; `verbose`: see
+    `export_text_model`.
     """
     export_text_model(
         text_model,
@@ -141,6 +143,7 @@ def export_text_tflite(
         dynamic_length=dynamic_length,
         overwrite=overwrite,
         protect=protect,
+        verbose=verbose,
     )
     return path
 

@@ -436,3 +436,20 @@ def test_versions_record_what_is_installed(monkeypatch):
     assert f"{os.cpu_count()} CPU cores" in record["machine"]
     monkeypatch.setitem(sys.modules, "tensorflow", None)  # not installed
     assert "tensorflow" not in versions()
+
+
+def test_int8_calibration_shows_progress_only_when_asked(capsys):
+    # `keras-attn export --quantize int8` was silent for a minute.
+    from keras_attn.export.text_models import split_text_model
+
+    _, token_model = split_text_model(build_text_model(encoder="attention"))
+    rows = np.tile(np.arange(2, 2 + LENGTH, dtype="int32"), (5, 1))
+    export.convert_tflite(
+        token_model, quantize="int8", representative_data=rows, verbose=True
+    )
+    shown = capsys.readouterr().out
+    assert "5/5" in shown
+    export.convert_tflite(
+        token_model, quantize="int8", representative_data=rows
+    )
+    assert "5/5" not in capsys.readouterr().out
