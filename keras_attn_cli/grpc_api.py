@@ -16,6 +16,7 @@ import numpy as np
 from keras_attn_cli import access, registry
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
+from keras_attn_cli.limits import log_refusal
 
 # The most values one value may fill (TensorFlow's rule for a tensor
 # proto holding fewer values than its shape), far past any request limit.
@@ -366,8 +367,6 @@ def _client_errors(kserve_interceptor):
     """KServe's interceptor, with a client's error (bad input, unknown or
     unready model) logged in one WARNING line instead of an ERROR with its
     traceback; the status codes are KServe's."""
-    import logging
-
     from kserve.errors import InvalidInput, ModelNotFound, ModelNotReady
 
     codes = {
@@ -375,7 +374,6 @@ def _client_errors(kserve_interceptor):
         ModelNotFound: grpc.StatusCode.NOT_FOUND,
         ModelNotReady: grpc.StatusCode.UNAVAILABLE,
     }
-    logger = logging.getLogger("keras_attn.serve")
 
     class ClientErrors(kserve_interceptor):
         async def handle_exception(self, ex, request, context, method_name):
@@ -386,8 +384,7 @@ def _client_errors(kserve_interceptor):
                 return await super().handle_exception(
                     ex, request, context, method_name
                 )
-            message = " ".join(str(ex).split())
-            logger.warning("%s %s: %s", code.name, method_name, message[:300])
+            log_refusal(code.name, method_name, ex)
             await context.abort(code, getattr(ex, "reason", None) or str(ex))
 
     return ClientErrors()

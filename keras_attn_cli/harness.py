@@ -60,7 +60,6 @@ def watchdog(seconds):
 
 
 _REAL_STDERR = [2]
-_SILENCED_AT_EXIT = []
 
 
 # Flags taken anywhere on the line, before or after the command.
@@ -96,21 +95,11 @@ def run(args):
 
 def _quiet_at_exit():
     """LiteRT logs its accelerators' teardown from C++ destructors that
-    run after Python has finished: file descriptor 2 goes to /dev/null
-    once Python's last words are flushed (after `--verbose`'s absence
-    said to be quiet)."""
-    import atexit
+    run after Python has finished: descriptor 2 goes to /dev/null then
+    (`keras_attn_runtime.native_logs`), as it does while the command runs."""
+    from keras_attn_runtime import native_logs
 
-    if _SILENCED_AT_EXIT:
-        return
-    _SILENCED_AT_EXIT.append(True)
-
-    def silence():
-        sys.stderr.flush()
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-
-    atexit.register(silence)
+    native_logs.quiet_at_exit(always=True)
 
 
 def _run(args):

@@ -1,7 +1,13 @@
 """The request limits of `keras-attn serve`, one set for every protocol
 (TensorFlow Serving's REST and gRPC, KServe v2's, OpenAI's): their
 defaults (the flags `--max-body-bytes`, `--max-instances`,
-`--max-text-bytes`), the checks, and the error a refused request gets."""
+`--max-text-bytes`), the checks, the error a refused request gets, and
+the one log line it leaves (`log_refusal`)."""
+
+import logging
+
+# The server's own logger (`--log-level` sets it with KServe's).
+LOGGER = logging.getLogger("keras_attn.serve")
 
 LIMITS = {
     "max_body_bytes": 1 << 20,
@@ -33,3 +39,11 @@ def check_text(data, where, limits):
             f"Text too long in {where}: at most {limits['max_text_bytes']} "
             f"bytes. Received: {len(data)} bytes"
         )
+
+
+def log_refusal(status, route, err):
+    """One WARNING line for a client's refused call: its status (a number
+    or a gRPC code's name), the route or method, and the message on one
+    line, cut at 300 characters; never a traceback."""
+    message = " ".join(str(err).split())
+    LOGGER.warning("%s %s: %s", status, route, message[:300])

@@ -26,7 +26,11 @@ from keras_attn_cli import access as access_rule
 from keras_attn_cli import http_routes, openai_api
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
-from keras_attn_cli.limits import LIMITS  # noqa: F401  (serve.LIMITS)
+from keras_attn_cli.limits import (  # noqa: F401  (serve.LIMITS)
+    LIMITS,
+    LOGGER,
+    log_refusal,
+)
 from keras_attn_runtime.opener import ModelError
 
 BATCHING = {"max_batch_size": 32, "batch_wait_ms": 5.0}
@@ -40,7 +44,6 @@ LOGGERS = (
     "uvicorn.access",
     "uvicorn.error",
 )
-LOGGER = logging.getLogger("keras_attn.serve")
 
 
 # --- Models: the artifacts `keras_attn_runtime.opener` opens. ---
@@ -387,14 +390,8 @@ def _client_error_handlers(app):
 
     def handler(status):
         async def answer(request, exc):
-            message = " ".join(str(exc).split())
-            LOGGER.warning(
-                "%d %s %s: %s",
-                status,
-                request.method,
-                request.url.path,
-                message[:300],
-            )
+            route = f"{request.method} {request.url.path}"
+            log_refusal(status, route, exc)
             return JSONResponse({"error": str(exc)}, status_code=status)
 
         return answer

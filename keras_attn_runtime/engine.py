@@ -8,6 +8,8 @@ returning its outputs by name, with `get_input_details()` (shapes, the
 signature's `-1` axes, dtypes) read from the file itself.
 """
 
+from contextlib import nullcontext
+
 import numpy as np
 
 from keras_attn_runtime import native_logs
@@ -363,7 +365,7 @@ class _CompiledRunner:
         for name, array in arrays.items():
             inputs[name].write(array)
         self._compiled.run_by_name(self._key, inputs, outputs)
-        return inputs, outputs, shapes
+        return outputs, shapes
 
     def _prepare(self, arrays):
         changed = False
@@ -413,12 +415,11 @@ class _CompiledRunner:
 
     def __call__(self, **feed):
         arrays = _checked_inputs(self._spec["inputs"], feed)
-        if self._first_run:  # LiteRT starts its environment, which logs
-            with native_logs.captured():
-                inputs, outputs, shapes = self._run(arrays)
-            self._first_run = False
-        else:
-            inputs, outputs, shapes = self._run(arrays)
+        # The first run starts LiteRT's environment, which logs.
+        quiet = native_logs.captured() if self._first_run else nullcontext()
+        with quiet:
+            outputs, shapes = self._run(arrays)
+        self._first_run = False
         out = {
             name: outputs[name].read(int(np.prod(shape)), dtype).reshape(shape)
             for name, (shape, dtype) in shapes.items()

@@ -75,10 +75,12 @@ def _restore(saved):
     os.close(saved)
 
 
-def quiet_at_exit():
+def quiet_at_exit(always=False):
     """Once: at exit, after Python's last words, descriptor 2 goes to
-    /dev/null, where LiteRT's destructors log their teardown."""
-    if shown() or _AT_EXIT:
+    /dev/null, where LiteRT's destructors log their teardown. `always`:
+    even where `shown()` (a caller that silences every native log, as the
+    command line without `--verbose`)."""
+    if (shown() and not always) or _AT_EXIT:
         return
     _AT_EXIT.append(True)
 
