@@ -3,7 +3,8 @@
 The package's parts, one a format: `destination` (where an export lands:
 checks, staging, atomic replacement), `saved_model`, `litert`
 (conversion and quantization), `flatbuffer` (rewrites of LiteRT files),
-`onnx`, `translator_file` (a LiteRT translator's metadata),
+`onnx`, `litertlm` (a decoder-only model as a LiteRT-LM bundle),
+`translator_file` (a LiteRT translator's metadata),
 `streaming` (a decoder's start and step signatures, its state as
 explicit inputs and outputs); `unroll`
 (RNN layers made LiteRT-ready) and `text_models` (raw-text models end to
@@ -36,6 +37,7 @@ from keras_attn.export.litert import (
     tflite_op_names,
     with_metadata,
 )
+from keras_attn.export.litertlm import export_litertlm
 from keras_attn.export.saved_model import (
     KNOWN_WORDS,
     export_module,
@@ -69,6 +71,7 @@ __all__ = [
     "check_vocabulary_file",
     "clean_stale_temporaries",
     "convert_tflite",
+    "export_litertlm",
     "export_module",
     "export_saved_model",
     "export_signatures_tflite",

@@ -25,7 +25,7 @@ _SAVED_MODEL_ENTRIES = {
     "variables",
     "assets",
 }
-KINDS = ("saved_model", "tflite", "onnx")
+KINDS = ("saved_model", "tflite", "onnx", "litertlm")
 
 
 def is_saved_model_dir(path):
@@ -43,6 +43,14 @@ def is_tflite_file(path):
     with open(path, "rb") as f:
         head = f.read(8)
     return len(head) == 8 and head[4:8] == b"TFL3"
+
+
+def is_litertlm_file(path):
+    """A regular file with LiteRT-LM's magic `LITERTLM`."""
+    if not os.path.isfile(path) or os.path.islink(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(8) == b"LITERTLM"
 
 
 def is_onnx_file(path):
@@ -70,8 +78,8 @@ def check_destination(path, kind, overwrite=False, protect=(), arg="path"):
 
     Args:
         path: the destination.
-        kind: `"saved_model"` (a folder), `"tflite"` or `"onnx"` (a
-            file).
+        kind: `"saved_model"` (a folder), `"tflite"`, `"onnx"` or
+            `"litertlm"` (a file).
         overwrite: replace an existing destination that is not an earlier
             artifact of the same kind. Defaults to `False`.
         protect: paths that must survive: neither they nor the folders
@@ -109,11 +117,13 @@ def check_destination(path, kind, overwrite=False, protect=(), arg="path"):
             "saved_model": is_saved_model_dir,
             "tflite": is_tflite_file,
             "onnx": is_onnx_file,
+            "litertlm": is_litertlm_file,
         }[kind](target)
         what = {
             "saved_model": "SavedModel folder",
             "tflite": "LiteRT file",
             "onnx": "ONNX file",
+            "litertlm": "LiteRT-LM bundle",
         }[kind]
         if os.path.isdir(target) and not os.path.islink(target):
             found = "a folder"

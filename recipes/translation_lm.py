@@ -1,0 +1,305 @@
+"""
+Title: English→French translation with a decoder-only Transformer, for LiteRT-LM
+Author: keras_attn contributors
+Description: One causal stack reads `[start] English [sep]` and writes the
+French after it. Learned from the shipped GRU ensemble's translations,
+saved as a Keras model and as a `.litertlm` bundle that Google's
+LiteRT-LM engine runs.
+
+Run it: `python recipes/translation_lm.py --out saved_models` (about 30
+minutes on two CPU cores, the teacher's translations included the first
+time). Then `litert-lm run saved_models/translation_en_fr_lm/model.litertlm
+--prompt "I am tired." --backend cpu`.
+"""
+
+"""
+## Setup
+
+The split is `translation.py`'s: the same validation sources, never seen
+in training, with all their reference translations for BLEU.
+"""
+
+import json
+import os
+import time
+
+import keras
+import numpy as np
+import translation
+from keras import ops
+from translation_lm_teacher import teacher_translations
+
+from keras_attn.export import export_litertlm
+from keras_attn.models import CausalLM
+from keras_attn.training.callbacks import TimeBudget
+from keras_attn.translation.data import read_pairs, references, split_by_source
+from keras_attn.translation.evaluation import translation_scores
+from keras_attn.translation.tokenizer_json import learn_wordpiece_tokenizer
+
+START, SEP, END = "[start]", "[sep]", "[end]"
+HPARAMS = {
+    "vocabulary_size": 4000,  # one vocabulary for both languages
+    "layers": 3,
+    "heads": 4,
+    "key_value_heads": 2,  # grouped-query attention: half the cache
+    "hidden_dim": 256,
+    "intermediate_dim": 768,
+    "position": "rotary",
+    "dropout": 0.1,
+    "learning_rate": 1e-3,
+    "weight_decay": 0.01,
+    "batch_size": 64,
+    "epochs": 60,
+    "time_limit": 1500,  # seconds of training
+    "max_length": 96,  # tokens of `[start] English [sep] French [end]`
+    "context_length": 128,  # the bundle's cache
+    "prefill_lengths": [8, 32],
+    "distill": True,  # learn the teacher's translations
+    "int8_weights": True,
+    "val_fraction": 0.1,
+    "seed": 1337,
+}
+
+"""
+## Data: one sequence a pair
+
+`[start] English [sep] French [end]`, tokenized by one WordPiece
+vocabulary that `tokenizers` learns from both sides. The loss counts the
+French and its end only: the English is the prompt. Batches group
+sequences of similar length.
+"""
+
+
+def make_tokenizer(pairs, hp):
+    texts = [s for s, _ in pairs] + [t for _, t in pairs]
+    return learn_wordpiece_tokenizer(
+        texts, hp["vocabulary_size"], reserved=(START, SEP, END)
+    )
+
+
+def encode_pairs(tokenizer, pairs, max_length):
+    """`(inputs, labels, weights)` lists of int32 arrays; longer
+    sequences are left out."""
+    ids = {t: tokenizer.token_to_id(t) for t in (START, SEP, END)}
+    sources = tokenizer.encode_batch(
+        [s for s, _ in pairs], add_special_tokens=False
+    )
+    targets = tokenizer.encode_batch(
+        [t for _, t in pairs], add_special_tokens=False
+    )
+    rows = []
+    for s, t in zip(sources, targets, strict=True):
+        prompt = [ids[START], *s.ids, ids[SEP]]
+        sequence = prompt + t.ids + [ids[END]]
+        if len(sequence) > max_length:
+            continue
+        weights = [0] * (len(prompt) - 1) + [1] * (len(t.ids) + 1)
+        rows.append((sequence[:-1], sequence[1:], weights))
+    return rows
+
+
+def make_dataset(rows, batch_size, seed):
+    """Batches of rows of similar length, zero-padded, in random order."""
+    import tensorflow as tf
+
+    def padded(chunk):
+        width = max(len(r[0]) for r in chunk)
+        out = np.zeros((3, len(chunk), width), "int32")
+        for i, (x, y, w) in enumerate(chunk):
+            out[:, i, : len(x)] = (x, y, w)
+        return out
+
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+    batches = [
+        padded([rows[i] for i in order[k : k + batch_size]])
+        for k in range(0, len(order), batch_size)
+    ]
+    rng = np.random.default_rng(seed)
+
+    def generate():
+        for b in rng.permutation(len(batches)):
+            x, y, w = batches[b]
+            yield x, y, w.astype("float32")
+
+    spec = tf.TensorSpec((None, None), tf.int32)
+    weight = tf.TensorSpec((None, None), tf.float32)
+    return tf.data.Dataset.from_generator(
+        generate, output_signature=(spec, spec, weight)
+    ).prefetch(2)
+
+
+"""
+## The model
+
+`keras_attn.models.CausalLM`: pre-norm blocks of causal
+`MultiHeadPositional` self-attention (rotary positions, grouped key/value
+heads) and a feed-forward network, logits tied to the embedding.
+"""
+
+
+def build_model(hp):
+    return CausalLM(
+        hp["vocabulary_size"],
+        num_layers=hp["layers"],
+        num_heads=hp["heads"],
+        hidden_dim=hp["hidden_dim"],
+        intermediate_dim=hp["intermediate_dim"],
+        num_key_value_heads=hp["key_value_heads"],
+        position=hp["position"],
+        dropout=hp["dropout"],
+    )
+
+
+def train(model, train_rows, val_rows, hp, verbose):
+    model.compile(
+        optimizer=keras.optimizers.AdamW(
+            hp["learning_rate"], weight_decay=hp["weight_decay"]
+        ),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=["accuracy"],
+    )
+    budget = TimeBudget(hp["time_limit"], anneal=True)
+    history = model.fit(
+        make_dataset(train_rows, hp["batch_size"], hp["seed"]),
+        validation_data=make_dataset(val_rows, 256, 0),
+        epochs=hp["epochs"],
+        callbacks=[budget],
+        verbose=verbose,
+    )
+    return {
+        k: [round(float(v), 4) for v in vs] for k, vs in history.history.items()
+    }
+
+
+"""
+## Translating: the engine's way, in Keras
+
+A prompt is `[start] English [sep]`; `CausalLM.generate` runs all its
+tokens but the last through the cache, then decodes greedily from the
+last, as LiteRT-LM does. Prompts are left-padded into batches.
+"""
+
+
+def translate(model, tokenizer, sentences, hp, batch_size=128):
+    ids = {t: tokenizer.token_to_id(t) for t in (START, SEP, END)}
+    encoded = tokenizer.encode_batch(list(sentences), add_special_tokens=False)
+    limit = hp["context_length"]
+    out = []
+    for k in range(0, len(encoded), batch_size):
+        prompts = [
+            [ids[START], *e.ids, ids[SEP]] for e in encoded[k : k + batch_size]
+        ]
+        width = max(len(p) for p in prompts)
+        batch = np.zeros((len(prompts), width), "int32")
+        for row, p in zip(batch, prompts, strict=True):
+            row[width - len(p) :] = p
+        new = ops.convert_to_numpy(
+            model.generate(batch, limit - width, ids[END])
+        )
+        for row in new:
+            kept = [int(i) for i in row if i not in (0, ids[END])]
+            out.append(tokenizer.decode(kept))
+    return out
+
+
+def evaluate(model, tokenizer, pairs, hp):
+    sentences, refs = references(pairs)
+    hyps = translate(model, tokenizer, sentences, hp)
+    return translation_scores(hyps, refs), list(
+        zip(sentences, hyps, strict=True)
+    )
+
+
+"""
+## Train, evaluate, export
+
+The bundle is written from the trained float weights, int8 by the
+converter (dynamic range); the Keras model then keeps Keras's int8
+(`quantize("int8")`), so that both fit the size budget.
+`export_litertlm` writes the bundle: prefill and decode signatures over
+per-layer key/value caches, the tokenizer, and a prompt
+template that makes the engine's prompt `English [sep]`.
+"""
+
+
+def main(
+    pairs=translation.DEFAULT_PAIRS,
+    limit=None,
+    out=None,
+    weights=None,
+    verbose=2,
+    **overrides,
+):
+    hp = {**HPARAMS, **overrides}
+    keras.utils.set_random_seed(hp["seed"])
+    train_pairs, val_pairs = split_by_source(
+        read_pairs(pairs, limit), hp["val_fraction"], hp["seed"]
+    )
+    if hp["distill"]:
+        teacher = teacher_translations(sorted({s for s, _ in train_pairs}))
+        train_pairs = sorted(teacher.items())
+    tokenizer = make_tokenizer(train_pairs, hp)
+    train_rows = encode_pairs(tokenizer, train_pairs, hp["max_length"])
+    val_rows = encode_pairs(tokenizer, val_pairs, hp["max_length"])
+    model = build_model(hp)
+    model(np.ones((1, 4), "int32"))
+    started = time.monotonic()
+    history = {}
+    if weights and os.path.exists(weights):
+        model.load_weights(weights)
+    else:
+        history = train(model, train_rows, val_rows, hp, verbose)
+        if weights:
+            model.save_weights(weights)
+    trained = time.monotonic() - started
+    trained_weights = model.get_weights()
+    folder = out and os.path.join(out, "translation_en_fr_lm")
+    if folder:  # the bundle from the float weights, int8 by the converter
+        os.makedirs(folder, exist_ok=True)
+        tokenizer.save(os.path.join(folder, "tokenizer.json"))
+        export_litertlm(
+            model,
+            os.path.join(folder, "model.litertlm"),
+            tokenizer=tokenizer,
+            start_token=START,
+            stop_tokens=[END],
+            prompt_suffix=f" {SEP}",
+            context_length=hp["context_length"],
+            prefill_lengths=hp["prefill_lengths"],
+            quantize="dynamic" if hp["int8_weights"] else "none",
+            overwrite=True,
+        )
+    # The model to keep: the trained weights without the optimizer's.
+    model = build_model(hp)
+    model(np.ones((1, 4), "int32"))
+    model.set_weights(trained_weights)
+    if hp["int8_weights"]:
+        # Keras's int8: int8 weights, activations quantized on the fly,
+        # as the bundle's dynamic-range kernels do. (A weight-only
+        # config does not survive a `.keras` file in Keras 3.15: the
+        # reloaded layers quantize their inputs.)
+        model.quantize("int8")
+    scores, samples = evaluate(model, tokenizer, val_pairs, hp)
+    print(json.dumps(scores))
+    metrics = {
+        "model": "translation_en_fr_lm",
+        "data": os.path.basename(pairs),
+        "teacher": "translation_en_fr (beam search)" if hp["distill"] else None,
+        "split": {"pairs_train": len(train_pairs), "pairs_val": len(val_pairs)},
+        "hyperparameters": hp,
+        "parameters": int(model.count_params()),
+        "training_seconds": round(trained, 1),
+        "history": history,
+        "validation_greedy": scores,
+        "samples": samples[:10],
+    }
+    if folder:
+        model.save(os.path.join(folder, "model.keras"))
+        with open(os.path.join(folder, "metrics.json"), "w") as f:
+            json.dump(metrics, f, indent=2, ensure_ascii=False)
+    return metrics, model, tokenizer
+
+
+if __name__ == "__main__":
+    parser = translation.parse_args(__doc__.split("\n")[1], HPARAMS)
+    main(**vars(parser.parse_args()))
