@@ -100,7 +100,8 @@ def _folder_file(folder, want):
     """What `resolve_model` takes from a folder for `want`, or `None`:
     `artifact_in`'s file for `"any"`; the `model.keras` in (or beside, for
     a SavedModel folder) it for `"keras"`; the folder itself or its
-    `saved_model/` for `"translator"`."""
+    `saved_model/` for `"translator"`, or the folder of a
+    `keras_attn.models.TextGenerator` (a decoder-only translator)."""
     if want == "any":
         return artifact_in(folder)
     if want in ("keras", "explain"):
@@ -113,6 +114,11 @@ def _folder_file(folder, want):
             found = artifact_in(folder)
             return found if found and found.endswith(".tflite") else None
         return None
+    if want == "translator":
+        from keras_attn.models.text_generator import is_text_generator
+
+        if is_text_generator(folder):  # a decoder-only translator
+            return os.path.normpath(folder)
     if want == "translator" and artifact_in(folder) is not None:
         # A SavedModel translator first, else its LiteRT file.
         found = artifact_in(folder)
@@ -145,7 +151,7 @@ def resolve_model(value, flag, want, args=None):
         "explain": "a .keras file or a .tflite with an attention output, or "
         "a folder holding one",
         "translator": "a translator SavedModel folder, a LiteRT translator, "
-        "or a folder holding one",
+        "a decoder-only translator's folder, or a folder holding one",
         "any": "a .keras, .tflite or .onnx file, a SavedModel folder, or a "
         "folder holding one",
     }[want]

@@ -26,11 +26,9 @@ import time
 import keras
 import numpy as np
 import translation
-from keras import ops
 from translation_lm_teacher import teacher_translations
 
-from keras_attn.export import export_litertlm
-from keras_attn.models import CausalLM
+from keras_attn.models import CausalLM, TextGenerator
 from keras_attn.training.callbacks import TimeBudget
 from keras_attn.translation.data import read_pairs, references, split_by_source
 from keras_attn.translation.evaluation import translation_scores
@@ -174,40 +172,31 @@ def train(model, train_rows, val_rows, hp, verbose):
 """
 ## Translating: the engine's way, in Keras
 
-A prompt is `[start] English [sep]`; `CausalLM.generate` runs all its
-tokens but the last through the cache, then decodes greedily from the
-last, as LiteRT-LM does. Prompts are left-padded into batches.
+`keras_attn.models.TextGenerator` holds the model, the tokenizer and the
+prompt format: `[start]`, the English, ` [sep]`. It runs every prompt
+token but the last through the cache at once, then decodes greedily from
+the last, as LiteRT-LM does; prompts are left-padded into batches. The
+same object saves the folder and writes the bundle, so the engine gets
+the same prompt format.
 """
 
 
-def translate(model, tokenizer, sentences, hp, batch_size=128):
-    ids = {t: tokenizer.token_to_id(t) for t in (START, SEP, END)}
-    encoded = tokenizer.encode_batch(list(sentences), add_special_tokens=False)
-    limit = hp["context_length"]
-    out = []
-    for k in range(0, len(encoded), batch_size):
-        prompts = [
-            [ids[START], *e.ids, ids[SEP]] for e in encoded[k : k + batch_size]
-        ]
-        width = max(len(p) for p in prompts)
-        batch = np.zeros((len(prompts), width), "int32")
-        for row, p in zip(batch, prompts, strict=True):
-            row[width - len(p) :] = p
-        new = ops.convert_to_numpy(
-            model.generate(batch, limit - width, ids[END])
-        )
-        for row in new:
-            kept = [int(i) for i in row if i not in (0, ids[END])]
-            out.append(tokenizer.decode(kept))
-    return out
-
-
-def evaluate(model, tokenizer, pairs, hp):
-    sentences, refs = references(pairs)
-    hyps = translate(model, tokenizer, sentences, hp)
-    return translation_scores(hyps, refs), list(
-        zip(sentences, hyps, strict=True)
+def make_generator(model, tokenizer, hp):
+    return TextGenerator(
+        model,
+        tokenizer,
+        start_token=START,
+        stop_tokens=[END],
+        context_length=hp["context_length"],
+        prompt_suffix=f" {SEP}",
     )
+
+
+def evaluate(generator, pairs):
+    sentences, refs = references(pairs)
+    hyps = generator.generate(sentences, batch_size=128)
+    scores = translation_scores(hyps, refs)
+    return scores, list(zip(sentences, hyps, strict=True))
 
 
 """
@@ -244,27 +233,23 @@ def main(
     model = build_model(hp)
     model(np.ones((1, 4), "int32"))
     started = time.monotonic()
-    history = {}
-    if weights and os.path.exists(weights):
+    if weights and os.path.exists(weights):  # and how they were trained
         model.load_weights(weights)
+        with open(weights + ".json") as f:
+            history, trained = json.load(f)
     else:
         history = train(model, train_rows, val_rows, hp, verbose)
+        trained = time.monotonic() - started
         if weights:
             model.save_weights(weights)
-    trained = time.monotonic() - started
+            with open(weights + ".json", "w") as f:
+                json.dump([history, trained], f)
     trained_weights = model.get_weights()
     folder = out and os.path.join(out, "translation_en_fr_lm")
     if folder:  # the bundle from the float weights, int8 by the converter
         os.makedirs(folder, exist_ok=True)
-        tokenizer.save(os.path.join(folder, "tokenizer.json"))
-        export_litertlm(
-            model,
+        make_generator(model, tokenizer, hp).export_litertlm(
             os.path.join(folder, "model.litertlm"),
-            tokenizer=tokenizer,
-            start_token=START,
-            stop_tokens=[END],
-            prompt_suffix=f" {SEP}",
-            context_length=hp["context_length"],
             prefill_lengths=hp["prefill_lengths"],
             quantize="dynamic" if hp["int8_weights"] else "none",
             overwrite=True,
@@ -279,7 +264,8 @@ def main(
         # config does not survive a `.keras` file in Keras 3.15: the
         # reloaded layers quantize their inputs.)
         model.quantize("int8")
-    scores, samples = evaluate(model, tokenizer, val_pairs, hp)
+    generator = make_generator(model, tokenizer, hp)
+    scores, samples = evaluate(generator, val_pairs)
     print(json.dumps(scores))
     metrics = {
         "model": "translation_en_fr_lm",
@@ -294,10 +280,10 @@ def main(
         "samples": samples[:10],
     }
     if folder:
-        model.save(os.path.join(folder, "model.keras"))
+        generator.save(folder)
         with open(os.path.join(folder, "metrics.json"), "w") as f:
             json.dump(metrics, f, indent=2, ensure_ascii=False)
-    return metrics, model, tokenizer
+    return metrics, generator
 
 
 if __name__ == "__main__":

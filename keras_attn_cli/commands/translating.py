@@ -121,6 +121,25 @@ def _print_litert_translations(path, texts, alignment=False):
     return 0
 
 
+def _print_generated(path, texts):
+    """`print_translations` for a decoder-only translator's folder (a
+    `keras_attn.models.TextGenerator`): its Keras model, greedy, as
+    LiteRT-LM runs its bundle."""
+    from keras_attn.models import TextGenerator
+
+    generator = TextGenerator.load(path)
+    out = []
+    with Progress("translating", len(texts)) as progress:
+        for start in range(0, len(texts), TRANSLATE_CHUNK):
+            chunk = texts[start : start + TRANSLATE_CHUNK]
+            out += interruptible(generator.generate, chunk)
+            progress.update(len(out))
+    print(f"Translator: {path}\n")
+    for text, fr in zip(texts, out, strict=True):
+        print(f"{text}  ->  {fr}")
+    return 0
+
+
 def translate(args):
     if args.stream:
         from keras_attn_cli.streaming import stream_translations
@@ -139,6 +158,17 @@ def translate(args):
         )
     texts = read_texts(args)
     check_sentences(texts)
+    if os.path.isdir(path):
+        from keras_attn.models.text_generator import is_text_generator
+
+        if is_text_generator(path):
+            if args.alignment:
+                raise ValueError(
+                    "A decoder-only translator attends to its own prompt, "
+                    "not to a source: it has no alignment. Received: "
+                    f"--alignment with --model={args.model!r}"
+                )
+            return _print_generated(path, texts)
     if path.endswith(".tflite"):
         return _print_litert_translations(path, texts, args.alignment)
     return print_translations(

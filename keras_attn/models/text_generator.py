@@ -1,0 +1,172 @@
+"""`TextGenerator`: a decoder-only model, its tokenizer and its prompt
+format, as one folder that Keras and LiteRT-LM read alike.
+
+The folder (format `keras_attn.text_generator`, version 1):
+
+- `model.keras`: the model (e.g. `keras_attn.models.CausalLM`);
+- `tokenizer.json`: its Hugging Face `tokenizers` tokenizer;
+- `generation.json`: the format, its version, the start and stop tokens,
+  the text around a prompt and the context length;
+- `model.litertlm` (optional, `export_litertlm`): the bundle LiteRT-LM
+  runs, written from the same settings, so both answer a prompt alike.
+"""
+
+import json
+import os
+
+FORMAT, VERSION = "keras_attn.text_generator", 1
+SETTINGS = "generation.json"
+MODEL, TOKENIZER, BUNDLE = "model.keras", "tokenizer.json", "model.litertlm"
+
+
+def is_text_generator(folder):
+    """Whether `folder` holds a `TextGenerator`'s files."""
+    return all(
+        os.path.isfile(os.path.join(folder, name))
+        for name in (SETTINGS, MODEL, TOKENIZER)
+    )
+
+
+class TextGenerator:
+    """Prompts in, continuations out, as LiteRT-LM's engine makes them:
+    the start token, the prompt between `prompt_prefix` and
+    `prompt_suffix`, then greedy tokens until a stop token or the end of
+    the context.
+
+    Args:
+        model: a decoder-only model with `generate(token_ids,
+            max_new_tokens, end_token_id)` (`keras_attn.models.CausalLM`).
+        tokenizer: a `tokenizers.Tokenizer`.
+        start_token: the token before every prompt.
+        stop_tokens: tokens that end a continuation.
+        context_length: prompt and continuation, in tokens.
+        prompt_prefix, prompt_suffix: text around each prompt (e.g.
+            `" [sep]"` after a sentence to translate).
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        start_token,
+        stop_tokens,
+        context_length,
+        prompt_prefix="",
+        prompt_suffix="",
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.start_token = start_token
+        self.stop_tokens = list(stop_tokens)
+        self.context_length = context_length
+        self.prompt_prefix = prompt_prefix
+        self.prompt_suffix = prompt_suffix
+        for name, token in [("start_token", start_token)] + [
+            ("stop_tokens", t) for t in self.stop_tokens
+        ]:
+            if tokenizer.token_to_id(token) is None:
+                raise ValueError(
+                    f"Expected {name} to be a token of the tokenizer. "
+                    f"Received: {name}={token!r}"
+                )
+
+    def settings(self):
+        return {
+            "start_token": self.start_token,
+            "stop_tokens": self.stop_tokens,
+            "context_length": self.context_length,
+            "prompt_prefix": self.prompt_prefix,
+            "prompt_suffix": self.prompt_suffix,
+        }
+
+    def prompt_ids(self, text):
+        """The ids the engine feeds for `text`: start token, then the
+        prompt with its prefix and suffix."""
+        prompt = f"{self.prompt_prefix}{text}{self.prompt_suffix}"
+        ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids
+        return [self.tokenizer.token_to_id(self.start_token), *ids]
+
+    def generate_ids(self, texts, batch_size=64):
+        """The continuation's ids of each text (stop token left out).
+        Texts run `batch_size` at a time, left-padded: a row gets at most
+        `context_length` minus its batch's longest prompt."""
+        import numpy as np
+        from keras import ops
+
+        stops = [self.tokenizer.token_to_id(t) for t in self.stop_tokens]
+        prompts = [self.prompt_ids(t) for t in texts]
+        for text, p in zip(texts, prompts, strict=True):
+            if len(p) >= self.context_length:
+                raise ValueError(
+                    f"Expected prompts of fewer than {self.context_length} "
+                    f"tokens. Received: a prompt of {len(p)} tokens, "
+                    f"{text[:60]!r}"
+                )
+        out = []
+        for k in range(0, len(prompts), batch_size):
+            chunk = prompts[k : k + batch_size]
+            width = max(len(p) for p in chunk)
+            batch = np.zeros((len(chunk), width), "int32")
+            for row, p in zip(batch, chunk, strict=True):
+                row[width - len(p) :] = p
+            new = self.model.generate(batch, self.context_length - width, stops)
+            for row in ops.convert_to_numpy(new):
+                out.append([int(i) for i in row if i and i not in stops])
+        return out
+
+    def generate(self, texts, batch_size=64):
+        """The continuation of each text, as text (special tokens kept,
+        as the engine keeps them)."""
+        return [
+            self.tokenizer.decode(ids, skip_special_tokens=False)
+            for ids in self.generate_ids(texts, batch_size)
+        ]
+
+    def export_litertlm(self, path, **kwargs):
+        """`keras_attn.export.export_litertlm` of the model with this
+        generator's tokenizer and settings; `kwargs`: its other
+        arguments (`prefill_lengths`, `quantize`, `overwrite`, ...)."""
+        from keras_attn.export.litertlm import export_litertlm
+
+        return export_litertlm(
+            self.model,
+            path,
+            tokenizer=self.tokenizer,
+            **self.settings(),
+            **kwargs,
+        )
+
+    def save(self, folder):
+        """Write `model.keras`, `tokenizer.json` and `generation.json`
+        into `folder` (created if needed)."""
+        os.makedirs(folder, exist_ok=True)
+        self.model.save(os.path.join(folder, MODEL))
+        self.tokenizer.save(os.path.join(folder, TOKENIZER))
+        settings = {"format": FORMAT, "version": VERSION, **self.settings()}
+        with open(os.path.join(folder, SETTINGS), "w", encoding="utf-8") as f:
+            json.dump(settings, f, indent=2, ensure_ascii=False)
+
+    @classmethod
+    def load(cls, folder):
+        """The `TextGenerator` that `save` wrote into `folder`."""
+        import keras
+        from tokenizers import Tokenizer
+
+        import keras_attn  # noqa: F401 (registers the model classes)
+
+        path = os.path.join(folder, SETTINGS)
+        with open(path, encoding="utf-8") as f:
+            settings = json.load(f)
+        if not isinstance(settings, dict) or settings.get("format") != FORMAT:
+            raise ValueError(
+                f"Expected {path!r} to hold a {FORMAT} settings object."
+            )
+        if settings.get("version") != VERSION:
+            raise ValueError(
+                f"{path!r} is version {settings.get('version')!r} of "
+                f"{FORMAT}; this keras_attn reads version {VERSION}."
+            )
+        del settings["format"], settings["version"]
+        model = keras.models.load_model(os.path.join(folder, MODEL))
+        tokenizer = Tokenizer.from_file(os.path.join(folder, TOKENIZER))
+        return cls(model, tokenizer, **settings)
