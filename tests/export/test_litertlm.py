@@ -5,6 +5,7 @@ by name."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -251,3 +252,38 @@ def test_a_file_that_is_not_a_bundle_is_kept(tmp_path):
     with pytest.raises(ValueError, match="overwrite=True"):
         export(tiny_decoder(), str(path))
     assert path.read_text() == "mine"
+
+
+def litert_lm_cli():
+    found = shutil.which("litert-lm") or os.path.join(
+        os.path.dirname(sys.executable), "litert-lm"
+    )
+    if not os.path.isfile(found):
+        pytest.skip("LiteRT-LM's CLI (pip install litert-lm) is not installed")
+    return found
+
+
+def test_litert_lm_run_prints_the_text_generators_answer(tmp_path):
+    # `litert-lm run --prompt` (the conversation API, the bundle's prompt
+    # template) prints what `TextGenerator.generate` gives in Keras.
+    from keras_attn.models import TextGenerator
+
+    generator = TextGenerator(
+        tiny_decoder(),
+        word_tokenizer(),
+        START,
+        [END],
+        CONTEXT,
+        prompt_suffix=" [sep]",
+    )
+    bundle = str(tmp_path / "generator.litertlm")
+    generator.export_litertlm(bundle, prefill_lengths=PREFILLS)
+    for prompt in ("w7 w8 w9 w10", "w33"):
+        done = subprocess.run(
+            [litert_lm_cli(), "run", bundle, "--prompt", prompt],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == generator.generate([prompt])[0]

@@ -1,0 +1,82 @@
+"""`keras_attn.models.TextGenerator`: the engine's prompt ids, a folder
+that reloads to the same answers, refusals that name the setting."""
+
+import json
+
+import numpy as np
+import pytest
+
+from keras_attn.models import CausalLM, TextGenerator
+from keras_attn.models import text_generator as module
+
+pytest.importorskip("tokenizers")
+
+
+def word_tokenizer():
+    from keras_attn.translation.tokenizer_json import wordpiece_tokenizer
+
+    words = ["[PAD]", "[UNK]", "[start]", "[end]", "[sep]"]
+    words += [f"w{i}" for i in range(5, 30)]
+    return wordpiece_tokenizer(words, special_tokens=words[2:5])
+
+
+def generator(**kwargs):
+    lm = CausalLM(
+        30, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16
+    )
+    lm(np.ones((1, 2), "int32"))
+    settings = dict(
+        start_token="[start]",
+        stop_tokens=["[end]"],
+        context_length=16,
+        prompt_suffix=" [sep]",
+    )
+    return TextGenerator(lm, word_tokenizer(), **{**settings, **kwargs})
+
+
+def test_prompt_ids_are_the_engines_start_prompt_and_suffix():
+    g = generator(prompt_prefix="w5 ")
+    assert g.prompt_ids("w7 w8") == [2, 5, 7, 8, 4]
+
+
+def test_generation_stops_at_the_context_and_batches_change_nothing():
+    g = generator()
+    texts = ["w7 w8 w9", "w10", "w11 w12 w13 w14 w15"]
+    together = g.generate_ids(texts, batch_size=3)
+    alone = [g.generate_ids([t])[0] for t in texts]
+    assert len(alone[1]) <= 16 - len(g.prompt_ids("w10"))
+    # In a batch a row gets the context less the longest prompt.
+    for a, b in zip(together, alone, strict=True):
+        assert a == b[: len(a)]
+
+
+def test_the_folder_reloads_to_the_same_answers(tmp_path):
+    g = generator()
+    texts = ["w7 w8 w9", "w21 w22"]
+    g.save(str(tmp_path))
+    assert module.is_text_generator(str(tmp_path))
+    loaded = TextGenerator.load(str(tmp_path))
+    assert loaded.settings() == g.settings()
+    assert loaded.generate(texts) == g.generate(texts)
+
+
+def test_a_newer_or_foreign_settings_file_is_refused(tmp_path):
+    g = generator()
+    g.save(str(tmp_path))
+    path = tmp_path / module.SETTINGS
+    settings = json.loads(path.read_text())
+    path.write_text(json.dumps({**settings, "version": 2}))
+    with pytest.raises(ValueError, match="version 2"):
+        TextGenerator.load(str(tmp_path))
+    path.write_text(json.dumps([1, 2]))
+    with pytest.raises(ValueError, match="settings object"):
+        TextGenerator.load(str(tmp_path))
+
+
+def test_unknown_tokens_and_long_prompts_are_refused_by_name():
+    with pytest.raises(ValueError, match="start_token='<s>'"):
+        generator(start_token="<s>")
+    with pytest.raises(ValueError, match="stop_tokens='</s>'"):
+        generator(stop_tokens=["</s>"])
+    with pytest.raises(ValueError, match="fewer than 16 tokens"):
+        generator().generate([" ".join(["w7"] * 20)])
