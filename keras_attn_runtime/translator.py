@@ -39,7 +39,7 @@ class LiteRTTranslator:
     one `translate` signature runs the whole search (one call per
     sentence), and the vocabularies and settings travel inside the file as
     metadata. Or a streaming file (`keras_attn.export.
-    export_streaming_translator`: `start` and `step` signatures), decoded
+    export_streaming_translator`: `prefill` and `decode` signatures), decoded
     here one token at a time with the translator's greedy or beam search;
     `stream` then yields the words as they are decoded. An `[UNK]` in the
     output is replaced by the source word the attention points at; an

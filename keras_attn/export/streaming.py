@@ -1,7 +1,12 @@
-"""A streaming decoder as one LiteRT file: a `start` signature that
-prefills (an encoder's memory and empty caches, or a prompt run through
-its caches) and a `step` signature that decodes one token, the decoder's
-state crossing calls as explicit inputs and outputs.
+"""A streaming decoder as one LiteRT file: a `prefill` signature (an
+encoder's memory and empty caches, or a prompt run through its caches)
+and a `decode` signature that decodes one token, the decoder's state
+crossing calls as explicit inputs and outputs. The names are LiteRT-LM's
+(`keras_attn.export.litertlm`): `prefill`, `decode`, `tokens`, `logits`.
+The step's `index` keeps its name: it counts decoded tokens, where
+LiteRT-LM's `input_pos` holds absolute positions. Files written before
+(`start` and `step`) name their signatures in their config and run as
+they did.
 
 LiteRT's `CompiledModel` runs no graph whose state lives in variable
 tensors, so the state (key/value caches of any policy, a recurrent
@@ -16,7 +21,7 @@ import json
 from keras_attn.export.litert import export_signatures_tflite
 from keras_attn_runtime import artifact
 
-START, STEP = "start", "step"
+START, STEP = "prefill", "decode"
 
 
 def _state_specs(concrete):
@@ -184,11 +189,11 @@ def export_streaming_tflite(
             encoder runs once a sentence, not once a beam). Defaults to
             `None` (the starts' batch).
 
-    The file's signatures: `"start"` (the inputs of `start_signature` in,
-    `state_i` out; with several, `"start_0"`, `"start_1"`, ...) and
-    `"step"` (`tokens` `(B,)` int32, `index` `()` int32 and `state_i` in;
-    `logits` `(B, V)`, `state_i` and, when `step_fn` gives one,
-    `alignment` out; a state part the step leaves unchanged is not an
+    The file's signatures: `"prefill"` (the inputs of `start_signature`
+    in, `state_i` out; with several, `"prefill_0"`, `"prefill_1"`, ...)
+    and `"decode"` (`tokens` `(B,)` int32, `index` `()` int32 and
+    `state_i` in; `logits` `(B, V)`, `state_i` and, when `step_fn` gives
+    one, `alignment` out; a state part the step leaves unchanged is not an
     output, and the config's `step_state` lists those it does give).
     """
     signatures = _start_signatures(start_signature, padding)

@@ -90,9 +90,9 @@ def export_streaming_translator(
     translator, path, batch_size=4, overwrite=False, quantize="none"
 ):
     """Write `path`, `translator`'s model as a streaming LiteRT decoder
-    (`keras_attn.export.export_streaming_tflite`: a `start` signature
+    (`keras_attn.export.export_streaming_tflite`: a `prefill` signature
     that encodes `source (batch_size, source_length)` int32, zero-padded,
-    and a `step` signature decoding one token) with the translator's
+    and a `decode` signature decoding one token) with the translator's
     vocabularies, text settings and search in its metadata:
     `keras_attn_runtime.LiteRTTranslator` translates with it, and streams
     the words (`stream`) as they are decoded.
@@ -102,7 +102,7 @@ def export_streaming_translator(
             is greedy or a `BeamSampler` (see `streaming_search`).
         path: the `.tflite` file.
         batch_size: the rows a step decodes: a beam search of width `K`
-            decodes `batch_size // K` sentences at a time (its `start`
+            decodes `batch_size // K` sentences at a time (its `prefill`
             encodes that many). Defaults to `4`.
         overwrite, quantize: as in `export_streaming_tflite`.
     """

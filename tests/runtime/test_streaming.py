@@ -113,8 +113,8 @@ def interpreter_greedy(path, ids):
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=path)
-    start = interpreter.get_signature_runner("start")
-    step = interpreter.get_signature_runner("step")
+    start = interpreter.get_signature_runner("prefill")
+    step = interpreter.get_signature_runner("decode")
     padded = np.concatenate([ids, np.zeros((1, SOURCE), "int32")])
     state = start(source=padded)
     tokens = np.full((len(padded),), START, "int32")
@@ -247,7 +247,7 @@ def test_the_state_is_explicit_and_the_ops_builtin(tmp_path):
     spec = {"source": tf.TensorSpec([2, SOURCE], tf.int32)}
     export.export_streaming_tflite(path, encode, step_fn, spec)
     decoder = StreamingDecoder(path)
-    step = decoder.litert.signatures["step"]
+    step = decoder.litert.signatures["decode"]
     states = sorted(n for n in step["inputs"] if n.startswith("state_"))
     # memory, mask, and the int8 cache's values, scales and positions
     assert states == sorted(decoder.state_names) and len(states) == 5
@@ -285,6 +285,40 @@ def test_equal_state_parts_merged_by_the_converter_come_back_apart(tmp_path):
     _, state, _ = decoder.step(np.array([1, 2], "int32"), 0, state)
     np.testing.assert_array_equal(state["state_0"], 1.0)
     np.testing.assert_array_equal(state["state_1"], 2.0)
+
+
+def test_a_file_with_the_former_signature_names_still_runs(
+    tmp_path, monkeypatch
+):
+    # Files written before LiteRT-LM's names (`start`, `step`) name their
+    # signatures in their config: the runtime reads them from there.
+    from keras_attn import export
+    from keras_attn.export import streaming
+    from keras_attn_runtime import StreamingDecoder
+
+    def start(source):
+        return {"count": keras.ops.cast(source, "float32") * 0.0}
+
+    def step_fn(tokens, state, index):
+        logits = keras.ops.one_hot(tokens, 4)
+        return logits, {"count": state["count"] + 1.0}, None
+
+    spec = {"source": tf.TensorSpec([2, 3], tf.int32)}
+    files = {}
+    for names in (("start", "step"), (streaming.START, streaming.STEP)):
+        monkeypatch.setattr(streaming, "START", names[0])
+        monkeypatch.setattr(streaming, "STEP", names[1])
+        files[names] = str(tmp_path / f"{names[0]}.tflite")
+        export.export_streaming_tflite(files[names], start, step_fn, spec)
+    answers = []
+    for names, path in files.items():
+        decoder = StreamingDecoder(path)
+        assert sorted(decoder.litert.signatures) == sorted(names)
+        state = decoder.start(source=np.ones((2, 3), "int32"))
+        logits, state, _ = decoder.step(np.array([1, 2], "int32"), 0, state)
+        answers.append((logits, state["state_0"]))
+    np.testing.assert_array_equal(answers[0][0], answers[1][0])
+    np.testing.assert_array_equal(answers[0][1], answers[1][1])
 
 
 PROMPT_LENGTHS = (8, 16)  # the file's starts, one a prompt length
@@ -367,7 +401,7 @@ def test_a_decoder_only_stack_streams_from_prompts_of_several_lengths(
         path, prefill, step_fn, specs, padding="left"
     )
     decoder = StreamingDecoder(path)
-    assert sorted(decoder.litert.signatures) == ["start_0", "start_1", "step"]
+    assert sorted(decoder.litert.signatures) == ["decode", "prefill_0", "prefill_1"]
     streamed = {}
     for length in (6, 12):  # fed as 6 and 12 columns: to 8 and 16
         fed = left_padded(prompts, length)

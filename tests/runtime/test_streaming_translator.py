@@ -46,8 +46,8 @@ def test_a_streaming_translator_translates_as_keras(sampler, tmp_path):
     assert lite.decoder is not None and lite.decoder.engine == "compiled_model"
     signatures = lite.litert.signatures  # the encoder runs once a sentence
     width = getattr(sampler, "beam_width", 1)
-    assert signatures["start"]["inputs"]["source"]["shape"][0] == 3 // width
-    assert signatures["step"]["inputs"]["tokens"]["shape"][0] == 3
+    assert signatures["prefill"]["inputs"]["source"]["shape"][0] == 3 // width
+    assert signatures["decode"]["inputs"]["tokens"]["shape"][0] == 3
     assert [lite.translate(t) for t in TEXTS] == want
     assert len(set(want)) > 3, want  # the sentences translate differently
     for text, expected in zip(TEXTS, want, strict=True):
