@@ -401,7 +401,11 @@ def test_a_decoder_only_stack_streams_from_prompts_of_several_lengths(
         path, prefill, step_fn, specs, padding="left"
     )
     decoder = StreamingDecoder(path)
-    assert sorted(decoder.litert.signatures) == ["decode", "prefill_0", "prefill_1"]
+    assert sorted(decoder.litert.signatures) == [
+        "decode",
+        "prefill_0",
+        "prefill_1",
+    ]
     streamed = {}
     for length in (6, 12):  # fed as 6 and 12 columns: to 8 and 16
         fed = left_padded(prompts, length)
