@@ -12,6 +12,7 @@ from keras_attn.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
 from keras_attn.layers.structured_self_attention import StructuredSelfAttention
+from keras_attn.models.causal_lm import CausalLM
 from keras_attn.seq2seq import AttentionDecoder
 from keras_attn.text import standardize_review
 
@@ -21,6 +22,7 @@ __all__ = [
     "AdditiveAttention",
     "AlibiBias",
     "AttentionDecoder",
+    "CausalLM",
     "Attention",
     "LearnedPositionEmbedding",
     "MultiHeadPositional",

@@ -287,3 +287,82 @@ def test_litert_lm_run_prints_the_text_generators_answer(tmp_path):
         )
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip() == generator.generate([prompt])[0]
+
+
+@pytest.mark.slow
+def test_a_window_on_the_full_cache_runs_in_the_engine_as_in_keras(tmp_path):
+    # Keras's `sliding_window` is a mask over the full cache: the engine
+    # runs it as any model, token for token.
+    lm = tiny_decoder(sliding_window=6)
+    tokenizer = word_tokenizer()
+    bundle = export(lm, str(tmp_path / "window.litertlm"))
+    prompts = [prompt_of(n, seed=n) for n in (5, 17)]
+    jobs = [
+        {"turns": [tokenizer.decode(p)], "max_output_tokens": 20}
+        for p in prompts
+    ]
+    start = tokenizer.token_to_id(START)
+    answers = run_engine(bundle, jobs, tmp_path)
+    for prompt, (got,) in zip(prompts, answers, strict=True):
+        want, _ = keras_answer(lm, tokenizer, [start, *prompt], 20)
+        assert got == want
+    full = tiny_decoder()  # the same weights without the window
+    want_full, _ = keras_answer(full, tokenizer, [start, *prompts[1]], 20)
+    assert answers[1][0] != want_full  # the window changed the answer
+
+
+BACKEND_ANSWERS = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import keras
+    import keras_attn  # registers the classes
+    path, prompts, end, max_new = sys.argv[1], json.loads(sys.argv[2]), int(
+        sys.argv[3]), int(sys.argv[4])
+    model = keras.models.load_model(path)
+    out = []
+    for ids in prompts:
+        new = model.generate(np.array([ids], "int32"), max_new, end)
+        out.append([int(i) for i in keras.ops.convert_to_numpy(new)[0]])
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_the_engine_matches_the_model_on_other_backends(tmp_path, backend):
+    # The bundle is written through TensorFlow; the same `.keras` model on
+    # JAX and PyTorch decodes the engine's tokens.
+    pytest.importorskip(backend)
+    lm = tiny_decoder()
+    tokenizer = word_tokenizer()
+    model_path = str(tmp_path / "lm.keras")
+    lm.save(model_path)
+    bundle = export(lm, str(tmp_path / "lm.litertlm"))
+    start, end = tokenizer.token_to_id(START), tokenizer.token_to_id(END)
+    prompts = [[start, *prompt_of(n, seed=n)] for n in (4, 17)]
+    jobs = [
+        {"turns": [tokenizer.decode(p[1:])], "max_output_tokens": 16}
+        for p in prompts
+    ]
+    answers = run_engine(bundle, jobs, tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            BACKEND_ANSWERS,
+            model_path,
+            json.dumps(prompts),
+            str(end),
+            "16",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "KERAS_BACKEND": backend},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for ids, (got,) in zip(json.loads(done.stdout), answers, strict=True):
+        kept = [i for i in ids if i not in (0, end)]
+        assert got == tokenizer.decode(kept, skip_special_tokens=False)
