@@ -200,6 +200,63 @@ def evaluate(generator, pairs):
 
 
 """
+## The bundle in LiteRT-LM's engine
+
+The engine (its Python API, in a child process: it loads its own LiteRT)
+translates the validation sentences from the bundle with the bundle's
+prompt template, greedy; its BLEU and how often its text equals the
+Keras model's go into `metrics.json`.
+"""
+
+ENGINE = """
+import json, sys
+import litert_lm
+
+litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
+engine = litert_lm.Engine(
+    sys.argv[1], backend=litert_lm.Backend.CPU(), cache_dir=sys.argv[4]
+)
+out = []
+for sentence in json.load(open(sys.argv[2])):
+    session = engine.create_session(apply_prompt_template=True)
+    session.run_prefill([sentence])
+    out.append("".join(r.texts[0] for r in session.run_decode_async()))
+    session.close()
+json.dump(out, open(sys.argv[3], "w"))
+"""
+
+
+def engine_translations(bundle, sentences):
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        given, got = os.path.join(tmp, "in.json"), os.path.join(tmp, "out.json")
+        with open(given, "w") as f:
+            json.dump(sentences, f)
+        subprocess.run(
+            [sys.executable, "-c", ENGINE, bundle, given, got, tmp],
+            check=True,
+        )
+        with open(got) as f:
+            return json.load(f)
+
+
+def engine_scores(bundle, pairs, keras_samples):
+    sentences, refs = references(pairs)
+    started = time.monotonic()
+    hyps = engine_translations(bundle, sentences)
+    seconds = time.monotonic() - started
+    same = sum(h == k for h, (_, k) in zip(hyps, keras_samples, strict=True))
+    return {
+        **translation_scores(hyps, refs),
+        "equal_to_keras": round(same / len(hyps), 4),
+        "seconds": round(seconds, 1),
+    }
+
+
+"""
 ## Train, evaluate, export
 
 The bundle is written from the trained float weights, int8 by the
@@ -227,13 +284,22 @@ def main(
     if hp["distill"]:
         teacher = teacher_translations(sorted({s for s, _ in train_pairs}))
         train_pairs = sorted(teacher.items())
-    tokenizer = make_tokenizer(train_pairs, hp)
+    # Reused weights need the ids they were trained on: the tokenizer is
+    # kept beside them (`tokenizers` orders pieces of equal counts
+    # differently from run to run).
+    reuse = bool(weights) and os.path.exists(weights)
+    if reuse:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(weights + ".tokenizer.json")
+    else:
+        tokenizer = make_tokenizer(train_pairs, hp)
     train_rows = encode_pairs(tokenizer, train_pairs, hp["max_length"])
     val_rows = encode_pairs(tokenizer, val_pairs, hp["max_length"])
     model = build_model(hp)
     model(np.ones((1, 4), "int32"))
     started = time.monotonic()
-    if weights and os.path.exists(weights):  # and how they were trained
+    if reuse:  # and how they were trained
         model.load_weights(weights)
         with open(weights + ".json") as f:
             history, trained = json.load(f)
@@ -242,6 +308,7 @@ def main(
         trained = time.monotonic() - started
         if weights:
             model.save_weights(weights)
+            tokenizer.save(weights + ".tokenizer.json")
             with open(weights + ".json", "w") as f:
                 json.dump([history, trained], f)
     trained_weights = model.get_weights()
@@ -259,11 +326,13 @@ def main(
     model(np.ones((1, 4), "int32"))
     model.set_weights(trained_weights)
     if hp["int8_weights"]:
-        # Keras's int8: int8 weights, activations quantized on the fly,
-        # as the bundle's dynamic-range kernels do. (A weight-only
-        # config does not survive a `.keras` file in Keras 3.15: the
-        # reloaded layers quantize their inputs.)
-        model.quantize("int8")
+        # Keras's weight-only int8 (activations stay float): `CausalLM`
+        # records the config, so the reloaded model is quantized alike.
+        model.quantize(
+            config=keras.quantizers.Int8QuantizationConfig(
+                activation_quantizer=None
+            )
+        )
     generator = make_generator(model, tokenizer, hp)
     scores, samples = evaluate(generator, val_pairs)
     print(json.dumps(scores))
@@ -280,6 +349,11 @@ def main(
         "samples": samples[:10],
     }
     if folder:
+        bundle = os.path.join(folder, "model.litertlm")
+        metrics["litertlm_validation_greedy"] = engine_scores(
+            bundle, val_pairs, samples
+        )
+        print(json.dumps(metrics["litertlm_validation_greedy"]))
         generator.save(folder)
         with open(os.path.join(folder, "metrics.json"), "w") as f:
             json.dump(metrics, f, indent=2, ensure_ascii=False)

@@ -172,3 +172,13 @@ def test_no_library_function_over_80_lines(tmp_path):
     probe = tmp_path / "probe.py"  # the check can fail
     probe.write_text("def f():\n" + "    x = 1\n" * 80)
     assert long_functions(str(probe)) == [("f", 81)]
+
+
+def test_the_shipped_models_fit_the_size_budget():
+    # `saved_models/` stays under 48 MiB (the models' distribution).
+    total = sum(
+        os.path.getsize(os.path.join(folder, name))
+        for folder, _, names in os.walk(os.path.join(ROOT, "saved_models"))
+        for name in names
+    )
+    assert total < 48 * 2**20, f"{total / 2**20:.2f} MiB"

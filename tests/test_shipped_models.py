@@ -479,3 +479,51 @@ def test_every_shipped_litert_file_runs_under_compiled_model(path):
         run_compiled(path, "serving_default", feeds)
     engine = (lite if "translation" in path else clf).litert.engine
     assert engine == "compiled_model"
+
+
+LM = os.path.join(SHIPPED, "translation_en_fr_lm")
+LM_SENTENCES = ["I am tired.", "Where is the station?", "We have to leave now."]
+
+
+def test_the_decoder_only_translator_answers_alike_in_litert_lm_and_keras(
+    tmp_path,
+):
+    # `litert-lm run model.litertlm --prompt ... --backend cpu`, no
+    # template flags, prints the French that `keras-attn translate
+    # --model translation_en_fr_lm` prints from the Keras model. The
+    # bundle is copied: the engine writes a kernel cache beside it.
+    import shutil
+    import subprocess
+    import sys
+
+    cli = shutil.which("litert-lm") or os.path.join(
+        os.path.dirname(sys.executable), "litert-lm"
+    )
+    if not os.path.isfile(cli):
+        pytest.skip("LiteRT-LM's CLI (pip install litert-lm) is not installed")
+    bundle = str(tmp_path / "model.litertlm")
+    shutil.copy(os.path.join(LM, "model.litertlm"), bundle)
+    engine = []
+    for sentence in LM_SENTENCES:
+        done = subprocess.run(
+            [cli, "run", bundle, "--prompt", sentence, "--backend", "cpu"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        engine.append(done.stdout.strip())
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_attn_cli", "translate", "--model"]
+        + ["translation_en_fr_lm", *LM_SENTENCES],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = [line.split("  ->  ")[1] for line in done.stdout.splitlines()[2:]]
+    assert printed == engine
+    assert engine[0].startswith("Je suis fatigu")
+    metrics = json.load(open(os.path.join(LM, "metrics.json")))
+    assert metrics["validation_greedy"]["bleu_cased"] > 40
+    assert metrics["litertlm_validation_greedy"]["equal_to_keras"] > 0.9

@@ -41,6 +41,8 @@ class CausalLM(keras.Model):
             positions only (Keras's `sliding_window`); `None`: all.
         dropout: dropout rate in training.
         layer_norm_epsilon: the norms' epsilon.
+        quantization: what `quantize` recorded (set by reloading, not by
+            hand).
 
     Example:
 
@@ -64,6 +66,7 @@ class CausalLM(keras.Model):
         sliding_window=None,
         dropout=0.0,
         layer_norm_epsilon=1e-5,
+        quantization=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -86,8 +89,8 @@ class CausalLM(keras.Model):
         self.sliding_window = sliding_window
         self.dropout = dropout
         self.layer_norm_epsilon = layer_norm_epsilon
-        # Every sublayer gets the model's dtype: a `DTypePolicyMap` (a
-        # quantized model's config) gives each its own policy by path.
+        self.quantization = quantization
+        # Every sublayer gets the model's dtype (e.g. mixed precision).
         self._sublayer_dtype = kwargs.get("dtype")
         self.token_embedding = layers.Embedding(
             vocabulary_size,
@@ -152,6 +155,32 @@ class CausalLM(keras.Model):
             block["output"].build((*input_shape, self.intermediate_dim))
         self.final_norm.build(shape)
         self.built = True
+        if self.quantization is not None:  # a reloaded quantized model
+            given = self.quantization
+            config = keras.saving.deserialize_keras_object(given["config"])
+            keras.Model.quantize(
+                self, given["mode"], config=config, filters=given["filters"]
+            )
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Keras's `Model.quantize`, recorded in the config, so that a
+        reloaded model quantizes its layers as this one did before its
+        weights load: the quantization config (a weight-only int8, say)
+        survives a `.keras` file, which a `DTypePolicyMap` alone does not
+        carry (Keras 3.15 rebuilds such layers with default quantizers).
+        `filters`: `None` or regex strings (a callable cannot be saved)."""
+        if callable(filters):
+            raise ValueError(
+                "Expected filters to be None, a regex string or a list of "
+                "them: CausalLM saves its quantization. Received: "
+                f"filters={filters!r}"
+            )
+        super().quantize(mode, config=config, filters=filters, **kwargs)
+        self.quantization = {
+            "mode": mode,
+            "config": keras.saving.serialize_keras_object(config),
+            "filters": filters,
+        }
 
     def _output_table(self):
         """The embedding table `(V, D)` the logits are tied to, read
@@ -298,28 +327,10 @@ class CausalLM(keras.Model):
         )
         return out["ids"]
 
-    def _dtype_config(self):
-        """The model's dtype, as a `DTypePolicyMap` of the sublayers'
-        own policies once any is quantized (as KerasHub's backbones
-        save theirs), so that a reloaded model rebuilds them so."""
-        policy = self.dtype_policy
-        if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
-            return keras.dtype_policies.serialize(policy)
-        own = {
-            layer.path: layer.dtype_policy
-            for layer in self._flatten_layers(include_self=False)
-            if layer.quantization_mode is not None
-        }
-        if not own:
-            return keras.dtype_policies.serialize(policy)
-        return keras.dtype_policies.serialize(
-            keras.dtype_policies.DTypePolicyMap(policy, own)
-        )
-
     def get_config(self):
         return {
             **super().get_config(),
-            "dtype": self._dtype_config(),
+            "quantization": self.quantization,
             "vocabulary_size": self.vocabulary_size,
             "num_layers": self.num_layers,
             "num_heads": self.num_heads,
