@@ -12,7 +12,8 @@ weights; both LiteRT files are written from it with int8 weights
 is a fresh process (its threads set before anything runs); it prefills
 a 32-token prompt, then decodes 64 tokens (no stop token), `--repeats`
 times, and reports medians, tokens per second, and its peak resident
-memory.
+memory (`VmHWM`). The engine runs twice: with its default activation
+type (its log says float16 for a text decoder) and with float32.
 
     python -m benchmarks.litertlm_engine [--repeats 5]
 
@@ -23,7 +24,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -101,10 +101,16 @@ def _prefill_and_step(model):
 
 
 def _peak_mib():
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    """This process's peak resident memory (`VmHWM`: unlike `ru_maxrss`,
+    not carried over from the parent it was forked from)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return None
 
 
-def _engine(folder, threads, repeats):
+def _engine(folder, threads, repeats, activations=None):
     import litert_lm
 
     litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
@@ -116,6 +122,8 @@ def _engine(folder, threads, repeats):
             prefill_tokens=PREFILL,
             decode_tokens=DECODE,
             prompt="w5 " * PREFILL,
+            activation_data_type=activations
+            and getattr(litert_lm.ActivationDataType, activations),
         ).run()
         runs.append(
             (
@@ -183,8 +191,13 @@ def _keras(folder, threads, repeats):
     return runs[1:]
 
 
+def _engine_float32(folder, threads, repeats):
+    return _engine(folder, threads, repeats, "FLOAT32")
+
+
 RUNNERS = {
-    "LiteRT-LM engine (.litertlm)": _engine,
+    "LiteRT-LM engine (.litertlm), its default activations": _engine,
+    "LiteRT-LM engine (.litertlm), float32 activations": _engine_float32,
     "StreamingDecoder (XNNPACK)": _streaming,
     "Keras cached greedy (tf.function)": _keras,
 }
