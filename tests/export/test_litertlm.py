@@ -209,15 +209,18 @@ def test_a_cache_in_the_wrong_layout_gives_other_tokens(tmp_path, monkeypatch):
 
 
 def test_refusals_name_what_the_engine_cannot_carry(tmp_path):
-    from keras_attn.layers import SlidingWindowCache
+    from keras_attn.layers import Int8Cache, SinkCache, SlidingWindowCache
 
     path = str(tmp_path / "x.litertlm")
     with pytest.raises(ValueError, match="decoder-only"):
         export(keras.Sequential([keras.layers.Dense(2)]), path)
-    lm = tiny_decoder()
-    lm.attention_layers[1].cache_policy = SlidingWindowCache(8)
-    with pytest.raises(ValueError, match="cache_policy=SlidingWindowCache"):
-        export(lm, path)
+    for policy in (SlidingWindowCache(8), SinkCache(2, 8), Int8Cache()):
+        lm = tiny_decoder()
+        lm.attention_layers[1].cache_policy = policy
+        with pytest.raises(
+            ValueError, match=f"cache_policy={type(policy).__name__}"
+        ):
+            export(lm, path)
     lm = tiny_decoder(position="learned", max_length=32)
     with pytest.raises(ValueError, match="max_length=32"):
         export(lm, path)
