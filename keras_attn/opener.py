@@ -5,7 +5,8 @@ file: it owns the kinds, the order a folder is read in and the LiteRT and
 ONNX artifacts. This module registers with it, when imported, the loaders
 of the two kinds that need TensorFlow: a SavedModel (checked against the
 op allowlist before it loads, `keras_attn.trust`) and a `.keras` raw-text
-model. Each has the artifact's `path`, `kind`, `signatures` and `run`."""
+model (or a `keras_attn.models.TextGenerator`'s folder). Each has the
+artifact's `path`, `kind`, `signatures` and `run`."""
 
 import os
 
@@ -134,12 +135,48 @@ class KerasArtifact:
         return {k: np.asarray(v) for k, v in out.items()}
 
 
+class TextGeneratorArtifact:
+    """A `keras_attn.models.TextGenerator` folder: `text` in, its
+    `completion` out (greedy, as LiteRT-LM runs the folder's bundle),
+    under TensorFlow Serving's default key and `generate`; `stream`
+    yields a completion's pieces as its tokens are decided."""
+
+    kind = "keras"
+    OUTPUT = "completion"
+
+    def __init__(self, folder):
+        from keras_attn.models import TextGenerator
+
+        self.path = folder
+        self.generator = TextGenerator.load(folder)
+        io = Signature(opener.TEXT, {self.OUTPUT: ("string", [None])})
+        self.signatures = {opener.DEFAULT_SIGNATURE: io, "generate": io}
+
+    def run(self, signature, inputs):
+        texts = [t.decode("utf-8", "replace") for t in inputs["text"]]
+        if not texts:
+            return self.signatures[signature].empty_outputs()
+        try:
+            out = self.generator.generate(texts)
+        except ValueError as err:  # a prompt longer than the context
+            raise ModelError(str(err)) from None
+        return {self.OUTPUT: np.array(out, dtype=object)}
+
+    def stream(self, text, stop=None):
+        return self.generator.stream(text, stop)
+
+
 def open_tensorflow_kind(kind, path, allow_unsafe=False):
     """The artifact of a SavedModel folder (its ops checked unless
     `allow_unsafe`) or a `.keras` file: the loaders this module registers
     with `keras_attn_runtime.opener` (whose `open` is also this module's)."""
+    from keras_attn.models.text_generator import is_text_generator
+
     if kind == "saved_model":
         return SavedModelArtifact(path, allow_unsafe)
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    if is_text_generator(folder):
+        return TextGeneratorArtifact(folder)
     return KerasArtifact(path)
 
 

@@ -9,15 +9,23 @@ The rules are pure functions over JSON values (each tested on its own);
 a translation asked for here is merged with the others into one call.
 
 A served model is generative when it has a `translate` signature with a
-text `translation` output (the translators). Its deterministic search
-answers `temperature` 0 or absent: the translator's beam, the same
-answer as `keras-attn translate`. A token is a word here (the text
-split at white space): `max_tokens` cuts the answer after that many
-words (`finish_reason` `"length"`), `stop` at the first stop string
-(`"stop"`), and `usage` counts words.
+text `translation` output (the translators) or a `generate` signature
+with a text `completion` output (a decoder-only model's folder,
+`keras_attn.models.TextGenerator`). Its deterministic search answers
+`temperature` 0 or absent: the translator's beam, the same answer as
+`keras-attn translate`; a decoder-only model's greedy search, as
+LiteRT-LM runs its bundle. A model that can stream (its artifact's
+`stream`) streams its pieces as its tokens are decided, and stops
+decoding when the client hangs up; the others stream their whole answer
+word by word. A token is a word here (the text split at white space):
+`max_tokens` cuts the answer after that many words (`finish_reason`
+`"length"`), `stop` at the first stop string (`"stop"`), and `usage`
+counts words.
 """
 
+import asyncio
 import json
+import threading
 import time
 import uuid
 
@@ -25,7 +33,8 @@ from keras_attn_cli import tf_serving_api as api
 from keras_attn_cli.limits import check_text
 
 PREFIX = "/openai/v1"
-GENERATE = "translate"  # the signature a generative model answers with
+# The signatures a generative model answers with, and their text output.
+GENERATIVE = {"translate": "translation", "generate": "completion"}
 MAX_STOPS = 4  # OpenAI's limit on `stop` strings
 
 
@@ -51,12 +60,21 @@ def error_body(err):
     }
 
 
+def generative_signature(signatures):
+    """`(signature, output)` a model with these signatures answers
+    OpenAI's routes with, or `None` when it is not generative."""
+    for key, output in GENERATIVE.items():
+        signature = signatures.get(key)
+        if signature is not None and (
+            signature.outputs.get(output, (None,))[0] == "string"
+        ):
+            return key, output
+    return None
+
+
 def is_generative(signatures):
     """Whether a model with these signatures answers OpenAI's routes."""
-    signature = signatures.get(GENERATE)
-    return signature is not None and (
-        signature.outputs.get("translation", (None,))[0] == "string"
-    )
+    return generative_signature(signatures) is not None
 
 
 def _check_type(body, key, kinds, what):
@@ -273,6 +291,95 @@ def chunks(settings, text, reason, chat=False):
     yield "data: [DONE]\n\n"
 
 
+def held_back(text, stop):
+    """How many characters at the end of `text` could begin a stop
+    string: a stream holds them until the next piece says."""
+    return max(
+        (n for s in stop for n in range(1, len(s)) if text.endswith(s[:n])),
+        default=0,
+    )
+
+
+def stream_events(settings, pieces, chat=False):
+    """Server-sent events of a streamed answer, from `pieces` (an async
+    iterator of text as it is decoded): each piece as a chunk as soon as
+    no stop string can begin in it, cut at a stop string or after
+    `max_tokens` words, then the final chunk, the usage chunk if asked
+    for, and `[DONE]`. Async: the caller's `pieces` is closed when the
+    stream ends early."""
+    head = _head(settings, chat, chunk=True)
+
+    def event(delta, finish=None, extra=None):
+        if chat:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        else:
+            choice = {
+                "index": 0,
+                "text": delta.get("content", ""),
+                "logprobs": None,
+                "finish_reason": finish,
+            }
+        body = {**head, "choices": [choice], **(extra or {})}
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    async def events():
+        if chat:
+            yield event({"role": "assistant", "content": ""})
+        text, sent, reason = "", 0, "stop"
+        stops, limit = settings["stop"], settings["max_tokens"]
+        async for piece in pieces:
+            text += piece
+            cut, reason = finished(text, limit, stops)
+            if cut != text:  # a stop string, or past max_tokens
+                text = cut
+                break
+            # Held back: what could begin a stop string, and trailing
+            # spaces (a cut answer ends without them).
+            ready = len(text[: len(text) - held_back(text, stops)].rstrip())
+            if ready > sent:
+                yield event({"content": text[sent:ready]})
+                sent = ready
+        else:
+            text, reason = finished(text, limit, stops)
+        if len(text) > sent:
+            yield event({"content": text[sent:]})
+        yield event({}, reason)
+        if settings["include_usage"]:
+            use = usage(settings["prompt"], text)
+            body = {**head, "choices": [], "usage": use}
+            yield f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return events()
+
+
+async def _pieces(model, prompt):
+    """The pieces of `model`'s streamed answer to `prompt`, decoded on
+    the model's executor (one model call at a time, as every route's);
+    closing this iterator (a client that hung up) stops the decoding
+    between two tokens."""
+    loop = asyncio.get_running_loop()
+    queue, stop, done = asyncio.Queue(), threading.Event(), object()
+
+    def produce():
+        try:
+            for piece in model.backend.stream(prompt, stop):
+                loop.call_soon_threadsafe(queue.put_nowait, piece)
+        except Exception as err:  # a model failure ends the stream
+            loop.call_soon_threadsafe(queue.put_nowait, err)
+        loop.call_soon_threadsafe(queue.put_nowait, done)
+
+    worker = loop.run_in_executor(model.executor, produce)
+    try:
+        while (piece := await queue.get()) is not done:
+            if isinstance(piece, Exception):
+                raise piece
+            yield piece
+    finally:
+        stop.set()
+        await asyncio.shield(worker)
+
+
 def model_list(names, created):
     """`GET /models`: the generative models served."""
     return {
@@ -300,6 +407,11 @@ def add_openai_routes(app, models):
         for name, model in models.items()
         if "@" not in name and is_generative(model.backend.signatures)
     }
+    streams = {
+        name
+        for name, model in generative.items()
+        if callable(getattr(model.backend, "stream", None))
+    }
     created = int(time.time())
 
     def refused(err):
@@ -315,7 +427,17 @@ def add_openai_routes(app, models):
                 ) from None
             settings = parse_request(body, generative, chat)
             model = generative[settings["model"]]
-            text = await _translate(model, settings["prompt"])
+            check_text(
+                settings["prompt"].encode("utf-8"), "the prompt", model.limits
+            )
+            if settings["stream"] and settings["model"] in streams:
+                return StreamingResponse(
+                    stream_events(
+                        settings, _pieces(model, settings["prompt"]), chat
+                    ),
+                    media_type="text/event-stream",
+                )
+            text = await _complete(model, settings["prompt"])
         except OpenAIError as err:
             return refused(err)
         except api.RequestError as err:
@@ -347,18 +469,19 @@ def add_openai_routes(app, models):
     return sorted(generative)
 
 
-async def _translate(model, prompt):
-    """The model's translation of `prompt`, through the server's merged
-    calls; a model failure is a 500 in OpenAI's form."""
+async def _complete(model, prompt):
+    """The model's answer to `prompt` (a translation, a completion),
+    through the server's merged calls; a model failure is a 500 in
+    OpenAI's form."""
     import numpy as np
     from kserve.errors import InferenceError
 
-    check_text(prompt.encode("utf-8"), "the prompt", model.limits)
+    key, output = generative_signature(model.backend.signatures)
     try:
         out = await model.run(
-            GENERATE, {"text": np.array([prompt.encode("utf-8")], object)}
+            key, {"text": np.array([prompt.encode("utf-8")], object)}
         )
     except InferenceError as err:
         raise OpenAIError(str(err), status=500) from None
-    value = np.asarray(out["translation"]).reshape(-1)[0]
+    value = np.asarray(out[output]).reshape(-1)[0]
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)

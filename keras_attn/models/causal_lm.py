@@ -2,6 +2,8 @@
 with a key/value cache, the model `keras_attn.export.export_litertlm`
 bundles for LiteRT-LM."""
 
+import warnings
+
 import keras
 from keras import layers, ops
 
@@ -158,8 +160,8 @@ class CausalLM(keras.Model):
         if self.quantization is not None:  # a reloaded quantized model
             given = self.quantization
             config = keras.saving.deserialize_keras_object(given["config"])
-            keras.Model.quantize(
-                self, given["mode"], config=config, filters=given["filters"]
+            self.quantize(
+                given["mode"], config=config, filters=given["filters"]
             )
 
     def quantize(self, mode=None, config=None, filters=None, **kwargs):
@@ -175,7 +177,11 @@ class CausalLM(keras.Model):
                 "them: CausalLM saves its quantization. Received: "
                 f"filters={filters!r}"
             )
-        super().quantize(mode, config=config, filters=filters, **kwargs)
+        with warnings.catch_warnings():  # norms and softmax stay float
+            warnings.filterwarnings(
+                "ignore", "Layer .* does not have a `quantize` method"
+            )
+            super().quantize(mode, config=config, filters=filters, **kwargs)
         self.quantization = {
             "mode": mode,
             "config": keras.saving.serialize_keras_object(config),

@@ -122,6 +122,42 @@ class TextGenerator:
             for ids in self.generate_ids(texts, batch_size)
         ]
 
+    def stream(self, text, stop=None):
+        """The continuation of `text` in pieces, as tokens are decided:
+        each piece is what the text decoded so far adds (special tokens
+        kept, as the engine keeps them). `stop`: a `threading.Event`
+        (or anything with `is_set`) that ends the loop between tokens,
+        e.g. when a client hangs up."""
+        from keras import ops
+
+        ids = self.prompt_ids(text)
+        if len(ids) >= self.context_length:
+            raise ValueError(
+                f"Expected prompts of fewer than {self.context_length} "
+                f"tokens. Received: a prompt of {len(ids)} tokens, "
+                f"{text[:60]!r}"
+            )
+        stops = {self.tokenizer.token_to_id(t) for t in self.stop_tokens}
+        cache = self.model.empty_cache(1, self.context_length)
+        prompt = ops.convert_to_tensor([ids], "int32")
+        _, cache = self.model.call_with_cache(prompt[:, :-1], cache, 0)
+        token, position, new, said = ids[-1], len(ids) - 1, [], ""
+        while position < self.context_length - 1:
+            if stop is not None and stop.is_set():
+                return
+            logits, cache = self.model.call_with_cache(
+                ops.convert_to_tensor([[token]], "int32"), cache, position
+            )
+            token = int(ops.convert_to_numpy(ops.argmax(logits[0, -1])))
+            position += 1
+            if token in stops:
+                return
+            new.append(token)
+            text_so_far = self.tokenizer.decode(new, skip_special_tokens=False)
+            if text_so_far.startswith(said) and len(text_so_far) > len(said):
+                yield text_so_far[len(said) :]
+                said = text_so_far
+
     def export_litertlm(self, path, **kwargs):
         """`keras_attn.export.export_litertlm` of the model with this
         generator's tokenizer and settings; `kwargs`: its other

@@ -20,10 +20,77 @@ CLASSIFIER = Signature(
 GENERATIVE = {"translator"}
 
 
-def test_only_a_model_with_a_text_translate_signature_is_generative():
+GENERATOR = Signature(
+    {"text": ("string", [None])}, {"completion": ("string", [None])}
+)
+
+
+def test_a_text_translate_or_generate_signature_is_generative():
     assert oa.is_generative({"translate": TRANSLATOR})
+    assert oa.generative_signature({"generate": GENERATOR}) == (
+        "generate",
+        "completion",
+    )
     assert not oa.is_generative({"serving_default": CLASSIFIER})
     assert not oa.is_generative({"translate": CLASSIFIER})
+    assert not oa.is_generative({"generate": TRANSLATOR})
+
+
+def streamed(settings, pieces, chat=False):
+    """`stream_events` over `pieces` given one by one, collected."""
+    import asyncio
+
+    async def given():
+        for piece in pieces:
+            yield piece
+
+    async def collect():
+        return [e async for e in oa.stream_events(settings, given(), chat)]
+
+    return asyncio.run(collect())
+
+
+def test_a_token_stream_is_cut_at_a_stop_string_across_pieces():
+    settings = {
+        "model": "m",
+        "prompt": "I am tired.",
+        "max_tokens": None,
+        "stop": ["fatigué"],
+        "include_usage": True,
+    }
+    pieces = ["Je", " suis", " fatig", "ué", " ce soir."]
+    got = events(streamed(settings, pieces))
+    texts = [e["choices"][0]["text"] for e in got[:-1]]
+    # "fatig" could begin the stop string: it is held back, then dropped.
+    assert "".join(texts) == "Je suis"
+    assert got[-2]["choices"][0]["finish_reason"] == "stop"
+    assert got[-1]["usage"]["completion_tokens"] == 2
+    assert not any("fatig" in t for t in texts)
+
+
+def test_a_token_stream_stops_after_max_tokens_words():
+    settings = {
+        "model": "m",
+        "prompt": "I am tired.",
+        "max_tokens": 2,
+        "stop": [],
+        "include_usage": False,
+    }
+    got = events(
+        streamed(settings, ["Je", " suis", " très", " fatigué."], True)
+    )
+    content = "".join(e["choices"][0]["delta"].get("content", "") for e in got)
+    assert content == "Je suis"
+    assert got[-1]["choices"][0]["finish_reason"] == "length"
+    free = events(
+        streamed({**settings, "max_tokens": None}, ["Je", " suis."], True)
+    )
+    assert [e["choices"][0]["delta"].get("content") for e in free[1:-1]] == [
+        "Je",
+        " suis.",
+    ]
+    assert oa.held_back("Je suis fat", ["fatigué", "x"]) == 3
+    assert oa.held_back("Je suis", ["fatigué"]) == 0
 
 
 def test_a_completion_request_is_read_with_openais_defaults():
@@ -266,3 +333,73 @@ def test_limits_and_errors_in_openais_form(client):
             model="translation_en_fr",
             messages=[{"role": "user", "content": "🎬"}],
         )
+
+
+# --- The decoder-only translator: tokens streamed as decided (slow). ---
+
+
+@pytest.fixture(scope="module")
+def lm_client():
+    pytest.importorskip("kserve")
+    openai = pytest.importorskip("openai")
+    from tests.cli.test_serve import SHIPPED, start
+
+    if not os.path.isdir(os.path.join(SHIPPED, "translation_en_fr_lm")):
+        pytest.skip("no shipped decoder-only translator")
+    proc, port = start("translation_en_fr_lm")
+    yield openai.OpenAI(
+        base_url=f"http://127.0.0.1:{port}/openai/v1", api_key="-"
+    )
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+def generated(sentences):
+    """What the folder's Keras model answers (`keras-attn translate
+    --model translation_en_fr_lm`)."""
+    from keras_attn.models import TextGenerator
+    from tests.cli.test_serve import SHIPPED
+
+    folder = os.path.join(SHIPPED, "translation_en_fr_lm")
+    return TextGenerator.load(folder).generate(sentences)
+
+
+@pytest.mark.slow
+def test_the_decoder_only_translator_streams_its_tokens_as_decided(lm_client):
+    import time
+
+    want = generated(SENTENCES)
+    assert [m.id for m in lm_client.models.list().data] == [
+        "translation_en_fr_lm"
+    ]
+    for sentence, french in zip(SENTENCES, want, strict=True):
+        whole = lm_client.completions.create(
+            model="translation_en_fr_lm", prompt=sentence
+        )
+        assert whole.choices[0].text == french
+        pieces = []
+        for chunk in lm_client.chat.completions.create(
+            model="translation_en_fr_lm",
+            messages=[{"role": "user", "content": sentence}],
+            stream=True,
+        ):
+            pieces += [c.delta.content or "" for c in chunk.choices]
+        assert "".join(pieces) == french
+        # One piece a decided token, not one a word of a finished answer.
+        assert len([p for p in pieces if p]) >= len(french.split())
+    # A client that hangs up after its first piece frees the model: the
+    # next answer comes as fast as it would have.
+    started = time.perf_counter()
+    lm_client.completions.create(model="translation_en_fr_lm", prompt="Hi.")
+    alone = time.perf_counter() - started
+    stream = lm_client.completions.create(
+        model="translation_en_fr_lm", prompt=SENTENCES[1], stream=True
+    )
+    next(iter(stream))
+    stream.close()
+    started = time.perf_counter()
+    got = lm_client.completions.create(
+        model="translation_en_fr_lm", prompt="Hi."
+    )
+    assert got.choices[0].text
+    assert time.perf_counter() - started < alone + 2.0

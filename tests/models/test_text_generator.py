@@ -80,3 +80,18 @@ def test_unknown_tokens_and_long_prompts_are_refused_by_name():
         generator(stop_tokens=["</s>"])
     with pytest.raises(ValueError, match="fewer than 16 tokens"):
         generator().generate([" ".join(["w7"] * 20)])
+
+
+def test_streamed_pieces_join_to_the_generated_text():
+    import threading
+
+    g = generator()
+    for text in ("w7 w8 w9", "w21"):
+        pieces = list(g.stream(text))
+        assert "".join(pieces) == g.generate([text])[0]
+    stop = threading.Event()
+    first = []
+    for piece in g.stream("w7 w8 w9", stop=stop):
+        first.append(piece)
+        stop.set()  # a client hung up: nothing more is decoded
+    assert len(first) == 1
