@@ -347,9 +347,11 @@ def lm_client():
     if not os.path.isdir(os.path.join(SHIPPED, "translation_en_fr_lm")):
         pytest.skip("no shipped decoder-only translator")
     proc, port = start("translation_en_fr_lm")
-    yield openai.OpenAI(
+    client = openai.OpenAI(
         base_url=f"http://127.0.0.1:{port}/openai/v1", api_key="-"
     )
+    client.port = port
+    yield client
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
 
@@ -403,3 +405,31 @@ def test_the_decoder_only_translator_streams_its_tokens_as_decided(lm_client):
     )
     assert got.choices[0].text
     assert time.perf_counter() - started < alone + 2.0
+
+
+@pytest.mark.slow
+def test_the_curl_example_in_the_docs_streams_the_translation(lm_client):
+    # docs/serving.md's `curl -N` example, run as written against this
+    # server's port: its events join to the Keras model's answer.
+    import shutil
+    import subprocess
+
+    from tests.paths import ROOT
+
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    with open(os.path.join(ROOT, "docs", "serving.md"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("curl -N")
+    command = text[start : text.index("```", start)].replace("\\\n", " ")
+    command = command.replace("localhost:8501", f"127.0.0.1:{lm_client.port}")
+    done = subprocess.run(
+        command, shell=True, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    got = events(done.stdout)
+    content = "".join(
+        e["choices"][0]["delta"].get("content") or "" for e in got
+    )
+    assert content == generated(["I am tired."])[0]
+    assert done.stdout.rstrip().endswith("data: [DONE]")
