@@ -4,12 +4,16 @@ words as its search settles them, with NumPy and LiteRT only."""
 
 import os
 
+from keras_attn_cli.finding import (
+    model_folders,
+    models_dir,
+    named_path,
+)
 from keras_attn_cli.inputs import (
     check_clause_lengths,
     check_sentences,
     read_texts,
 )
-from keras_attn_cli.models import model_folders, models_dir, named_path
 
 # The streaming file's name in a translator folder.
 STREAMING_FILE = "streaming.tflite"

@@ -23,6 +23,12 @@ from keras_attn_cli.commands.translating import (  # noqa: F401
     print_translations,
     translate,
 )
+from keras_attn_cli.finding import (  # noqa: F401
+    find_shipped_model,
+    find_translator,
+    models_dir,
+    resolve_model,
+)
 from keras_attn_cli.inputs import (  # noqa: F401  (names tests reach here)
     CHUNK,
     MAX_LINE_BYTES,
@@ -30,11 +36,7 @@ from keras_attn_cli.inputs import (  # noqa: F401  (names tests reach here)
     iter_texts,
 )
 from keras_attn_cli.models import (  # noqa: F401
-    find_shipped_model,
-    find_translator,
-    models_dir,
     op_error_line,
-    resolve_model,
     run_model,
 )
 

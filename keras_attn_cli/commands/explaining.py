@@ -5,6 +5,9 @@ import os
 
 import numpy as np
 
+from keras_attn_cli.finding import (
+    resolve_model,
+)
 from keras_attn_cli.inputs import (
     read_text_file,
     snippet,
@@ -13,7 +16,6 @@ from keras_attn_cli.models import (
     known_words,
     load_classifier,
     open_model,
-    resolve_model,
     run_model,
 )
 

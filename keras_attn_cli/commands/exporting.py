@@ -4,12 +4,14 @@ LiteRT file and an ONNX file, all or nothing."""
 import os
 import sys
 
+from keras_attn_cli.finding import (
+    resolve_model,
+)
 from keras_attn_cli.inputs import (
     read_text_file,
 )
 from keras_attn_cli.models import (
     load_classifier,
-    resolve_model,
 )
 
 

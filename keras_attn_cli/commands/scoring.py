@@ -11,6 +11,12 @@ from keras_attn_cli.commands.translating import (
     SAMPLE_SENTENCES,
     print_translations,
 )
+from keras_attn_cli.finding import (
+    GET_MODELS,
+    find_shipped_model,
+    find_translator,
+    resolve_model,
+)
 from keras_attn_cli.inputs import (
     CHUNK,
     iter_texts,
@@ -18,13 +24,9 @@ from keras_attn_cli.inputs import (
     snippet,
 )
 from keras_attn_cli.models import (
-    GET_MODELS,
-    find_shipped_model,
-    find_translator,
     known_words,
     load_classifier,
     open_model,
-    resolve_model,
     run_model,
     saved_classifier,
 )

@@ -5,7 +5,7 @@ import os
 
 
 def serve(args):
-    from keras_attn_cli import SERVE_FLAGS, http_routes, models
+    from keras_attn_cli import SERVE_FLAGS, finding, http_routes
     from keras_attn_cli import serve as server
 
     for flag, kind, _, _ in SERVE_FLAGS:
@@ -26,18 +26,18 @@ def serve(args):
             "Expected --grpc-port to differ from --port. Received: "
             f"--grpc-port={args.grpc_port}"
         )
-    root = models.models_dir(args)
+    root = finding.models_dir(args)
     values = args.model
     if not values:
         if root is None:
-            raise ValueError(models.GET_MODELS)
+            raise ValueError(finding.GET_MODELS)
         values = [
             name
             for name in sorted(os.listdir(root))
             if os.path.isdir(os.path.join(root, name))
         ]
     artifacts = [
-        models.served_versions(v, root, args.model_versions) for v in values
+        finding.served_versions(v, root, args.model_versions) for v in values
     ]
     if args.model_name is not None:
         if len(artifacts) != 1:
@@ -45,7 +45,7 @@ def serve(args):
                 "Expected one model with --model-name. Received: "
                 f"--model-name={args.model_name!r} for {len(artifacts)} models"
             )
-        models.check_model_name(args.model_name)
+        finding.check_model_name(args.model_name)
         artifacts = [(args.model_name, artifacts[0][1])]
     limits = {key: getattr(args, key) for key in server.LIMITS}
     batching = {key: getattr(args, key) for key in server.BATCHING}

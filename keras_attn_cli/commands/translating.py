@@ -6,6 +6,12 @@ import os
 
 import numpy as np
 
+from keras_attn_cli.finding import (
+    GET_MODELS,
+    find_translator,
+    models_dir,
+    resolve_model,
+)
 from keras_attn_cli.inputs import (
     check_clause_lengths,
     check_sentences,
@@ -13,12 +19,8 @@ from keras_attn_cli.inputs import (
     snippet,
 )
 from keras_attn_cli.models import (
-    GET_MODELS,
-    find_translator,
     interruptible,
     load_translator,
-    models_dir,
-    resolve_model,
     run_model,
 )
 from keras_attn_cli.progress import Progress

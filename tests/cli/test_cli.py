@@ -636,7 +636,7 @@ def test_one_way_to_name_a_model_for_every_command(files, capsys, tmp_path):
     assert code == 0, err
     # `predict NAME` and `serve NAME` run the same file: the SavedModel
     # first, as TensorFlow Serving (0.3 ran the .keras for `predict`).
-    from keras_attn_cli import models
+    from keras_attn_cli import finding as models
 
     ssa = resolve("imdb_ssa", "artifact", "any")
     assert ssa.endswith("saved_model")
@@ -661,7 +661,7 @@ def test_docs_give_the_model_search_order_the_code_uses(tmp_path, monkeypatch):
     import re
     from types import SimpleNamespace
 
-    from keras_attn_cli import models
+    from keras_attn_cli import finding as models
 
     with open(os.path.join(ROOT, "docs", "export.md"), encoding="utf-8") as f:
         text = " ".join(f.read().split())

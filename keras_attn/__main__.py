@@ -1,5 +1,0 @@
-import sys
-
-from keras_attn_cli import main
-
-sys.exit(main())
