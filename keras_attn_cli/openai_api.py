@@ -4,9 +4,10 @@ KServe places it: `GET /models`, `POST /completions`, `POST
 server-sent events of OpenAI's chunk objects ending in `data: [DONE]`.
 
 The rules are pure functions over JSON values (each tested on its own);
-`add_openai_routes` puts them on the server's app over the same
-`ServedModel.run` that TensorFlow Serving's and KServe's routes use, so
-a translation asked for here is merged with the others into one call.
+`keras_attn_cli.openai_routes.add_openai_routes` puts them on the
+server's app over the same `ServedModel.run` that TensorFlow Serving's
+and KServe's routes use, so a translation asked for here is merged with
+the others into one call.
 
 A served model is generative when it has a `translate` signature with a
 text `translation` output (the translators) or a `generate` signature
@@ -23,14 +24,9 @@ word by word. A token is a word here (the text split at white space):
 counts words.
 """
 
-import asyncio
 import json
-import threading
 import time
 import uuid
-
-from keras_attn_cli import tf_serving_api as api
-from keras_attn_cli.limits import check_text
 
 PREFIX = "/openai/v1"
 # The signatures a generative model answers with, and their text output.
@@ -261,13 +257,11 @@ def response(settings, text, reason, chat=False):
     }
 
 
-def chunks(settings, text, reason, chat=False):
-    """The answer as server-sent events: one chunk a word (a chat's first
-    chunk gives the role), a last chunk with `finish_reason`, a usage
-    chunk if asked for (`stream_options.include_usage`), `[DONE]`."""
-    head = _head(settings, chat, chunk=True)
+def _event_maker(head, chat):
+    """`event(delta, finish=None)`: one server-sent event of a stream's
+    chunk objects under `head` (a chat's delta, or a completion's text)."""
 
-    def event(delta, finish=None, extra=None):
+    def event(delta, finish=None):
         if chat:
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
         else:
@@ -277,8 +271,24 @@ def chunks(settings, text, reason, chat=False):
                 "logprobs": None,
                 "finish_reason": finish,
             }
-        body = {**head, "choices": [choice], **(extra or {})}
+        body = {**head, "choices": [choice]}
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    return event
+
+
+def _usage_event(head, settings, text):
+    """The usage chunk of `stream_options.include_usage`."""
+    body = {**head, "choices": [], "usage": usage(settings["prompt"], text)}
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+def chunks(settings, text, reason, chat=False):
+    """The answer as server-sent events: one chunk a word (a chat's first
+    chunk gives the role), a last chunk with `finish_reason`, a usage
+    chunk if asked for (`stream_options.include_usage`), `[DONE]`."""
+    head = _head(settings, chat, chunk=True)
+    event = _event_maker(head, chat)
 
     if chat:
         yield event({"role": "assistant", "content": ""})
@@ -286,8 +296,7 @@ def chunks(settings, text, reason, chat=False):
         yield event({"content": word if i == 0 else " " + word})
     yield event({}, reason)
     if settings["include_usage"]:
-        body = {**head, "choices": [], "usage": usage(settings["prompt"], text)}
-        yield f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+        yield _usage_event(head, settings, text)
     yield "data: [DONE]\n\n"
 
 
@@ -308,19 +317,7 @@ def stream_events(settings, pieces, chat=False):
     for, and `[DONE]`. Async: the caller's `pieces` is closed when the
     stream ends early."""
     head = _head(settings, chat, chunk=True)
-
-    def event(delta, finish=None, extra=None):
-        if chat:
-            choice = {"index": 0, "delta": delta, "finish_reason": finish}
-        else:
-            choice = {
-                "index": 0,
-                "text": delta.get("content", ""),
-                "logprobs": None,
-                "finish_reason": finish,
-            }
-        body = {**head, "choices": [choice], **(extra or {})}
-        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+    event = _event_maker(head, chat)
 
     async def events():
         if chat:
@@ -345,39 +342,10 @@ def stream_events(settings, pieces, chat=False):
             yield event({"content": text[sent:]})
         yield event({}, reason)
         if settings["include_usage"]:
-            use = usage(settings["prompt"], text)
-            body = {**head, "choices": [], "usage": use}
-            yield f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+            yield _usage_event(head, settings, text)
         yield "data: [DONE]\n\n"
 
     return events()
-
-
-async def _pieces(model, prompt):
-    """The pieces of `model`'s streamed answer to `prompt`, decoded on
-    the model's executor (one model call at a time, as every route's);
-    closing this iterator (a client that hung up) stops the decoding
-    between two tokens."""
-    loop = asyncio.get_running_loop()
-    queue, stop, done = asyncio.Queue(), threading.Event(), object()
-
-    def produce():
-        try:
-            for piece in model.backend.stream(prompt, stop):
-                loop.call_soon_threadsafe(queue.put_nowait, piece)
-        except Exception as err:  # a model failure ends the stream
-            loop.call_soon_threadsafe(queue.put_nowait, err)
-        loop.call_soon_threadsafe(queue.put_nowait, done)
-
-    worker = loop.run_in_executor(model.executor, produce)
-    try:
-        while (piece := await queue.get()) is not done:
-            if isinstance(piece, Exception):
-                raise piece
-            yield piece
-    finally:
-        stop.set()
-        await asyncio.shield(worker)
 
 
 def model_list(names, created):
@@ -394,94 +362,3 @@ def model_list(names, created):
             for n in sorted(names)
         ],
     }
-
-
-def add_openai_routes(app, models):
-    """OpenAI's routes on `app` (FastAPI) over `models` (`{registered
-    name: ServedModel}`), for those that are generative."""
-    from fastapi import Request
-    from fastapi.responses import JSONResponse, StreamingResponse
-
-    generative = {
-        name: model
-        for name, model in models.items()
-        if "@" not in name and is_generative(model.backend.signatures)
-    }
-    streams = {
-        name
-        for name, model in generative.items()
-        if callable(getattr(model.backend, "stream", None))
-    }
-    created = int(time.time())
-
-    def refused(err):
-        return JSONResponse(error_body(err), status_code=err.status)
-
-    async def answer(request, chat):
-        try:
-            try:
-                body = json.loads(await request.body() or b"null")
-            except (ValueError, RecursionError):
-                raise OpenAIError(
-                    "Malformed JSON in the request body."
-                ) from None
-            settings = parse_request(body, generative, chat)
-            model = generative[settings["model"]]
-            check_text(
-                settings["prompt"].encode("utf-8"), "the prompt", model.limits
-            )
-            if settings["stream"] and settings["model"] in streams:
-                return StreamingResponse(
-                    stream_events(
-                        settings, _pieces(model, settings["prompt"]), chat
-                    ),
-                    media_type="text/event-stream",
-                )
-            text = await _complete(model, settings["prompt"])
-        except OpenAIError as err:
-            return refused(err)
-        except api.RequestError as err:
-            return refused(
-                OpenAIError(str(err), "messages" if chat else "prompt")
-            )
-        text, reason = finished(text, settings["max_tokens"], settings["stop"])
-        if settings["stream"]:
-            return StreamingResponse(
-                chunks(settings, text, reason, chat),
-                media_type="text/event-stream",
-            )
-        return response(settings, text, reason, chat)
-
-    async def completions(request: Request):
-        return await answer(request, chat=False)
-
-    async def chat_completions(request: Request):
-        return await answer(request, chat=True)
-
-    async def list_models():
-        return model_list(generative, created)
-
-    app.add_api_route(f"{PREFIX}/models", list_models, methods=["GET"])
-    app.add_api_route(f"{PREFIX}/completions", completions, methods=["POST"])
-    app.add_api_route(
-        f"{PREFIX}/chat/completions", chat_completions, methods=["POST"]
-    )
-    return sorted(generative)
-
-
-async def _complete(model, prompt):
-    """The model's answer to `prompt` (a translation, a completion),
-    through the server's merged calls; a model failure is a 500 in
-    OpenAI's form."""
-    import numpy as np
-    from kserve.errors import InferenceError
-
-    key, output = generative_signature(model.backend.signatures)
-    try:
-        out = await model.run(
-            key, {"text": np.array([prompt.encode("utf-8")], object)}
-        )
-    except InferenceError as err:
-        raise OpenAIError(str(err), status=500) from None
-    value = np.asarray(out[output]).reshape(-1)[0]
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from keras_attn_cli import access as access_rule
-from keras_attn_cli import http_routes, openai_api
+from keras_attn_cli import http_routes, openai_api, openai_routes
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
 from keras_attn_cli.limits import (  # noqa: F401  (serve.LIMITS)
@@ -419,7 +419,7 @@ def _run_server(models, host, sock, limits, log, access, log_level="info"):
     http_routes.add_tf_serving_routes(
         app, models, limits["max_body_bytes"], access
     )
-    generative = openai_api.add_openai_routes(app, models)
+    generative = openai_routes.add_openai_routes(app, models)
     rest = RESTServer(
         "kserve.model_server:app",
         server.dataplane,
