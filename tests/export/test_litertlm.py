@@ -266,6 +266,7 @@ def litert_lm_cli():
     return found
 
 
+@pytest.mark.slow
 def test_litert_lm_run_prints_the_text_generators_answer(tmp_path):
     # `litert-lm run --prompt` (the conversation API, the bundle's prompt
     # template) prints what `TextGenerator.generate` gives in Keras.
