@@ -225,20 +225,28 @@ def test_a_stream_joins_to_the_whole_answer():
 # --- The server, as OpenAI's client sees it (slow tier). ---
 
 
-@pytest.fixture(scope="module")
-def client():
+def serving(*names):
+    """A `keras-attn serve` of the shipped `names` and OpenAI's client of
+    it (its port as `client.port`); stopped when the module is done."""
     pytest.importorskip("kserve")
     openai = pytest.importorskip("openai")
     from tests.cli.test_serve import SHIPPED, start
 
-    if not os.path.isdir(os.path.join(SHIPPED, "translation_en_fr")):
-        pytest.skip("no shipped translator")
-    proc, port = start("translation_en_fr", "imdb_micro")
-    yield openai.OpenAI(
+    if not os.path.isdir(os.path.join(SHIPPED, names[0])):
+        pytest.skip(f"no shipped {names[0]}")
+    proc, port = start(*names)
+    client = openai.OpenAI(
         base_url=f"http://127.0.0.1:{port}/openai/v1", api_key="-"
     )
+    client.port = port
+    yield client
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def client():
+    yield from serving("translation_en_fr", "imdb_micro")
 
 
 SENTENCES = ["I am tired.", "We will go to the station tomorrow morning."]
@@ -340,20 +348,7 @@ def test_limits_and_errors_in_openais_form(client):
 
 @pytest.fixture(scope="module")
 def lm_client():
-    pytest.importorskip("kserve")
-    openai = pytest.importorskip("openai")
-    from tests.cli.test_serve import SHIPPED, start
-
-    if not os.path.isdir(os.path.join(SHIPPED, "translation_en_fr_lm")):
-        pytest.skip("no shipped decoder-only translator")
-    proc, port = start("translation_en_fr_lm")
-    client = openai.OpenAI(
-        base_url=f"http://127.0.0.1:{port}/openai/v1", api_key="-"
-    )
-    client.port = port
-    yield client
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
+    yield from serving("translation_en_fr_lm")
 
 
 def generated(sentences):
