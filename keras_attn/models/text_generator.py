@@ -185,10 +185,10 @@ class TextGenerator:
     @classmethod
     def load(cls, folder):
         """The `TextGenerator` that `save` wrote into `folder`."""
+        # Importing this module ran `keras_attn/__init__`, which registers
+        # the model classes `load_model` needs.
         import keras
         from tokenizers import Tokenizer
-
-        import keras_attn  # noqa: F401 (registers the model classes)
 
         path = os.path.join(folder, SETTINGS)
         with open(path, encoding="utf-8") as f:

@@ -5,8 +5,9 @@ import os
 
 
 def serve(args):
-    from keras_attn_cli import SERVE_FLAGS, finding, http_routes
+    from keras_attn_cli import finding, http_routes
     from keras_attn_cli import serve as server
+    from keras_attn_cli.parser import SERVE_FLAGS
 
     for flag, kind, _, _ in SERVE_FLAGS:
         value = getattr(args, flag[2:].replace("-", "_"))
