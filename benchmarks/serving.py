@@ -79,7 +79,7 @@ def load(port, name, batch, clients):
 
 def direct(path, batch):
     """The model called in-process, one review at a time."""
-    from keras_attn_cli.serve import load_backend
+    from keras_attn_cli.served import load_backend
 
     backend = load_backend(os.path.join(ROOT, path))
     latencies = []

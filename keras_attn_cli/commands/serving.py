@@ -5,8 +5,9 @@ import os
 
 
 def serve(args):
-    from keras_attn_cli import finding, http_routes
+    from keras_attn_cli import finding, http_routes, served
     from keras_attn_cli import serve as server
+    from keras_attn_cli.limits import LIMITS
     from keras_attn_cli.parser import SERVE_FLAGS
 
     for flag, kind, _, _ in SERVE_FLAGS:
@@ -48,8 +49,8 @@ def serve(args):
             )
         finding.check_model_name(args.model_name)
         artifacts = [(args.model_name, artifacts[0][1])]
-    limits = {key: getattr(args, key) for key in server.LIMITS}
-    batching = {key: getattr(args, key) for key in server.BATCHING}
+    limits = {key: getattr(args, key) for key in LIMITS}
+    batching = {key: getattr(args, key) for key in served.BATCHING}
     return server.serve(
         artifacts,
         args.host,

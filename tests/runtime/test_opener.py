@@ -59,7 +59,7 @@ def test_the_runtime_opens_tensorflow_kinds_through_the_library(tmp_path):
 def test_a_litert_translator_opens_as_a_translator():
     # Failing first: `keras-attn serve` read a translator's `format` as a
     # classifier's and refused the shipped translator file.
-    from keras_attn_cli.serve import load_backend
+    from keras_attn_cli.served import load_backend
 
     path = os.path.join(SHIPPED, "translation_en_fr", "model.tflite")
     artifact = load_backend(path)
@@ -118,7 +118,7 @@ def test_an_onnx_classifier_is_served_and_predicted_alike(tmp_path):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     from keras_attn_cli import commands
-    from keras_attn_cli.serve import load_backend
+    from keras_attn_cli.served import load_backend
 
     path = tiny_onnx_classifier(str(tmp_path / "m.onnx"))
     served = load_backend(path)
