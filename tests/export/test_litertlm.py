@@ -151,6 +151,7 @@ def export(lm, path, **kwargs):
 LENGTHS = (3, 4, 5, 16, 17, 35)
 
 
+@pytest.mark.slow
 def test_the_engine_decodes_as_keras_token_for_token(tmp_path):
     lm = tiny_decoder()
     tokenizer = word_tokenizer()

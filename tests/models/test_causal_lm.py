@@ -150,6 +150,7 @@ def test_config_and_keras_file_round_trip(tmp_path):
     np.testing.assert_allclose(to_numpy(loaded(ids)), to_numpy(lm(ids)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weight_only", [True, False])
 def test_int8_reloads_as_saved_and_ties_the_output_to_the_dequantized_table(
     tmp_path, weight_only
