@@ -1,8 +1,8 @@
 """The request limits of `keras-attn serve`, one set for every protocol
 (TensorFlow Serving's REST and gRPC, KServe v2's, OpenAI's): their
 defaults (the flags `--max-body-bytes`, `--max-instances`,
-`--max-text-bytes`), the checks, the error a refused request gets, and
-the one log line it leaves (`log_refusal`)."""
+`--max-text-bytes`, `--max-streams`), the checks, the error a refused
+request gets, and the one log line it leaves (`log_refusal`)."""
 
 import logging
 
@@ -13,6 +13,9 @@ LIMITS = {
     "max_body_bytes": 1 << 20,
     "max_instances": 256,
     "max_text_bytes": 100_000,
+    # Streams decoding at once for one model (OpenAI's routes): one more
+    # is a 429 with `Retry-After`, not a queue without bound.
+    "max_streams": 8,
 }
 
 

@@ -45,7 +45,10 @@ class OpenAIError(ValueError):
 
 def error_body(err):
     """OpenAI's error object for `err` (an `OpenAIError`)."""
-    kind = "invalid_request_error" if err.status < 500 else "server_error"
+    kind = {429: "rate_limit_error"}.get(
+        err.status,
+        "invalid_request_error" if err.status < 500 else "server_error",
+    )
     return {
         "error": {
             "message": str(err),

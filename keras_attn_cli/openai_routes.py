@@ -31,9 +31,27 @@ def add_openai_routes(app, models):
         if callable(getattr(model.backend, "stream", None))
     }
     created = int(time.time())
+    active = dict.fromkeys(streams, 0)  # streams decoding, a model
 
     def refused(err):
-        return JSONResponse(rules.error_body(err), status_code=err.status)
+        headers = {"Retry-After": "1"} if err.status == 429 else None
+        return JSONResponse(
+            rules.error_body(err), status_code=err.status, headers=headers
+        )
+
+    def counted(name, events):
+        """`events`, counted among `name`'s active streams until they
+        end (the client read them all, or hung up)."""
+        active[name] += 1
+
+        async def run():
+            try:
+                async for event in events:
+                    yield event
+            finally:
+                active[name] -= 1
+
+        return run()
 
     async def answer(request, chat):
         try:
@@ -48,11 +66,18 @@ def add_openai_routes(app, models):
             check_text(
                 settings["prompt"].encode("utf-8"), "the prompt", model.limits
             )
-            if settings["stream"] and settings["model"] in streams:
+            name = settings["model"]
+            if settings["stream"] and name in streams:
+                if active[name] >= model.limits["max_streams"]:
+                    raise rules.OpenAIError(
+                        f"{name} is decoding {active[name]} streams, its "
+                        "limit (--max-streams); retry after a second.",
+                        status=429,
+                        code="too_many_streams",
+                    )
+                pieces = _pieces(model, settings["prompt"])
                 return StreamingResponse(
-                    rules.stream_events(
-                        settings, _pieces(model, settings["prompt"]), chat
-                    ),
+                    counted(name, rules.stream_events(settings, pieces, chat)),
                     media_type="text/event-stream",
                 )
             text = await _complete(model, settings["prompt"])

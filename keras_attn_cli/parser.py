@@ -109,6 +109,7 @@ SERVE_FLAGS = (
     ("--max-body-bytes", int, 1 << 20, "largest request body"),
     ("--max-instances", int, 256, "most examples in one request"),
     ("--max-text-bytes", int, 100_000, "longest text input (UTF-8 bytes)"),
+    ("--max-streams", int, 8, "streams one model decodes at once (OpenAI)"),
     ("--max-batch-size", int, 32, "most examples merged into one call"),
     ("--batch-wait-ms", float, 5.0, "longest wait for a batch to fill"),
 )

@@ -1,0 +1,136 @@
+"""OpenAI's routes on an app of their own, over a stand-in model whose
+stream waits for the test: streams past `max_streams` get a 429 with
+`Retry-After`, a stream that ends frees its place, and a client that
+hangs up stops the decoding."""
+
+import asyncio
+import concurrent.futures
+import json
+import threading
+
+import pytest
+
+from keras_attn_cli.limits import LIMITS
+from keras_attn_runtime.signature import Signature
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
+
+
+class Gated:
+    """A generative backend whose stream gives a piece each time the test
+    opens its gate, and notes whether it was told to stop."""
+
+    signatures = {
+        "generate": Signature(
+            {"text": ("string", [None])}, {"completion": ("string", [None])}
+        )
+    }
+
+    def __init__(self):
+        self.gate = threading.Semaphore(0)
+        self.stopped = threading.Event()
+
+    def stream(self, text, stop):
+        for word in ("Je", " suis", " là."):
+            while not self.gate.acquire(timeout=0.05):
+                if stop.is_set():
+                    self.stopped.set()
+                    return
+            yield word
+
+
+class Model:
+    def __init__(self, limits):
+        self.backend, self.limits = Gated(), limits
+        self.executor = concurrent.futures.ThreadPoolExecutor(4)
+
+
+@pytest.fixture
+def serving():
+    """`serve(limits) -> (base url, model)`: the routes on a real
+    server (uvicorn, in a thread: streamed bodies need a socket)."""
+    import socket
+    import time
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    from keras_attn_cli.openai_routes import add_openai_routes
+
+    servers = []
+
+    def serve(limits):
+        app, model = FastAPI(), Model(limits)
+        assert add_openai_routes(app, {"lm": model}) == ["lm"]
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        config = uvicorn.Config(app, port=port, log_level="error")
+        server = uvicorn.Server(config)
+        threading.Thread(target=server.run, daemon=True).start()
+        servers.append(server)
+        while not server.started:
+            time.sleep(0.02)
+        return f"http://127.0.0.1:{port}", model
+
+    yield serve
+    for server in servers:
+        server.should_exit = True
+
+
+BODY = {"model": "lm", "prompt": "I am here.", "stream": True}
+
+
+def test_one_stream_past_the_limit_is_a_429_with_retry_after(serving):
+    base, model = serving({**LIMITS, "max_streams": 1})
+
+    async def run():
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            url = "/openai/v1/completions"
+            async with client.stream("POST", url, json=BODY) as first:
+                assert first.status_code == 200
+                refused = await client.post(url, json=BODY)
+                assert refused.status_code == 429
+                assert refused.headers["retry-after"] == "1"
+                error = refused.json()["error"]
+                assert error["type"] == "rate_limit_error"
+                assert "--max-streams" in error["message"]
+                for _ in range(3):
+                    model.backend.gate.release()
+                text = "".join(
+                    [
+                        json.loads(line[6:])["choices"][0]["text"]
+                        async for line in first.aiter_lines()
+                        if line.startswith("data: {")
+                    ]
+                )
+                assert text == "Je suis là."
+            # The stream ended: its place is free.
+            for _ in range(3):
+                model.backend.gate.release()
+            again = await client.post(url, json=BODY)
+            assert again.status_code == 200
+
+    asyncio.run(run())
+
+
+def test_a_client_that_hangs_up_stops_the_decoding(serving):
+    base, model = serving(LIMITS)
+
+    async def run():
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            url = "/openai/v1/completions"
+            async with client.stream("POST", url, json=BODY) as first:
+                model.backend.gate.release()
+                async for line in first.aiter_lines():
+                    if line.startswith("data: {"):
+                        break  # one piece read, then the client leaves
+        for _ in range(100):
+            if model.backend.stopped.is_set():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the decoding went on after the hang-up")
+
+    asyncio.run(run())
