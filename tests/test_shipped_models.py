@@ -178,7 +178,7 @@ def _cli(*args):
     import sys
 
     return subprocess.run(
-        [sys.executable, "-m", "keras_attn", *args],
+        [sys.executable, "-m", "keras_attn_cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"},

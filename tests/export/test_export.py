@@ -281,7 +281,7 @@ def test_unrolled_bidirectional_matches_rolled_with_padding():
 
 def run_cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "keras_attn", *args],
+        [sys.executable, "-m", "keras_attn_cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": ROOT},
