@@ -18,7 +18,7 @@ def add_openai_routes(app, models):
     """OpenAI's routes on `app` (FastAPI) over `models` (`{registered
     name: ServedModel}`), for those that are generative."""
     from fastapi import Request
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import StreamingResponse
 
     generative = {
         name: model
@@ -33,26 +33,6 @@ def add_openai_routes(app, models):
     created = int(time.time())
     active = dict.fromkeys(streams, 0)  # streams decoding, a model
 
-    def refused(err):
-        headers = {"Retry-After": "1"} if err.status == 429 else None
-        return JSONResponse(
-            rules.error_body(err), status_code=err.status, headers=headers
-        )
-
-    def counted(name, events):
-        """`events`, counted among `name`'s active streams until they
-        end (the client read them all, or hung up)."""
-        active[name] += 1
-
-        async def run():
-            try:
-                async for event in events:
-                    yield event
-            finally:
-                active[name] -= 1
-
-        return run()
-
     async def answer(request, chat):
         try:
             try:
@@ -66,25 +46,14 @@ def add_openai_routes(app, models):
             check_text(
                 settings["prompt"].encode("utf-8"), "the prompt", model.limits
             )
-            name = settings["model"]
-            if settings["stream"] and name in streams:
-                if active[name] >= model.limits["max_streams"]:
-                    raise rules.OpenAIError(
-                        f"{name} is decoding {active[name]} streams, its "
-                        "limit (--max-streams); retry after a second.",
-                        status=429,
-                        code="too_many_streams",
-                    )
-                pieces = _pieces(model, settings["prompt"])
-                return StreamingResponse(
-                    counted(name, rules.stream_events(settings, pieces, chat)),
-                    media_type="text/event-stream",
-                )
+            if settings["stream"] and settings["model"] in streams:
+                events = _token_stream(model, settings, chat, active)
+                return StreamingResponse(events, media_type="text/event-stream")
             text = await _complete(model, settings["prompt"])
         except rules.OpenAIError as err:
-            return refused(err)
+            return _refused(err)
         except api.RequestError as err:
-            return refused(
+            return _refused(
                 rules.OpenAIError(str(err), "messages" if chat else "prompt")
             )
         text, reason = rules.finished(
@@ -114,6 +83,42 @@ def add_openai_routes(app, models):
         f"{rules.PREFIX}/chat/completions", chat_completions, methods=["POST"]
     )
     return sorted(generative)
+
+
+def _refused(err):
+    """OpenAI's error answer for `err`; a 429 says when to retry."""
+    from fastapi.responses import JSONResponse
+
+    headers = {"Retry-After": "1"} if err.status == 429 else None
+    return JSONResponse(
+        rules.error_body(err), status_code=err.status, headers=headers
+    )
+
+
+def _token_stream(model, settings, chat, active):
+    """The events of `model`'s streamed answer, counted in `active`
+    (`{model name: streams decoding}`) until they end (the client read
+    them all, or hung up); one stream past `max_streams` is a 429."""
+    name = settings["model"]
+    if active[name] >= model.limits["max_streams"]:
+        raise rules.OpenAIError(
+            f"{name} is decoding {active[name]} streams, its limit "
+            "(--max-streams); retry after a second.",
+            status=429,
+            code="too_many_streams",
+        )
+    pieces = _pieces(model, settings["prompt"])
+    events = rules.stream_events(settings, pieces, chat)
+    active[name] += 1
+
+    async def counted():
+        try:
+            async for event in events:
+                yield event
+        finally:
+            active[name] -= 1
+
+    return counted()
 
 
 async def _complete(model, prompt):
