@@ -81,10 +81,18 @@ class TextGenerator:
 
     def prompt_ids(self, text):
         """The ids the engine feeds for `text`: start token, then the
-        prompt with its prefix and suffix."""
+        prompt with its prefix and suffix (a `ValueError` when they leave
+        no room in the context)."""
         prompt = f"{self.prompt_prefix}{text}{self.prompt_suffix}"
         ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids
-        return [self.tokenizer.token_to_id(self.start_token), *ids]
+        ids = [self.tokenizer.token_to_id(self.start_token), *ids]
+        if len(ids) >= self.context_length:
+            raise ValueError(
+                f"Expected prompts of fewer than {self.context_length} "
+                f"tokens. Received: a prompt of {len(ids)} tokens, "
+                f"{text[:60]!r}"
+            )
+        return ids
 
     def generate_ids(self, texts, batch_size=64):
         """The continuation's ids of each text (stop token left out).
@@ -95,13 +103,6 @@ class TextGenerator:
 
         stops = [self.tokenizer.token_to_id(t) for t in self.stop_tokens]
         prompts = [self.prompt_ids(t) for t in texts]
-        for text, p in zip(texts, prompts, strict=True):
-            if len(p) >= self.context_length:
-                raise ValueError(
-                    f"Expected prompts of fewer than {self.context_length} "
-                    f"tokens. Received: a prompt of {len(p)} tokens, "
-                    f"{text[:60]!r}"
-                )
         out = []
         for k in range(0, len(prompts), batch_size):
             chunk = prompts[k : k + batch_size]
@@ -131,12 +132,6 @@ class TextGenerator:
         from keras import ops
 
         ids = self.prompt_ids(text)
-        if len(ids) >= self.context_length:
-            raise ValueError(
-                f"Expected prompts of fewer than {self.context_length} "
-                f"tokens. Received: a prompt of {len(ids)} tokens, "
-                f"{text[:60]!r}"
-            )
         stops = {self.tokenizer.token_to_id(t) for t in self.stop_tokens}
         cache = self.model.empty_cache(1, self.context_length)
         prompt = ops.convert_to_tensor([ids], "int32")
