@@ -14,6 +14,8 @@ import os
 
 import numpy as np
 
+from keras_attn_runtime import legacy
+
 # Names of the metadata entries that `keras_attn.export` writes into the
 # flatbuffer, binding the vocabulary and settings to the model itself.
 METADATA_VOCABULARY = "keras_attn.vocabulary"
@@ -37,11 +39,11 @@ def artifact_config(kind, **settings):
 
 
 def format_of(config):
-    """The artifact kind a `keras_attn.config` object declares (`format`;
-    0.2 translators wrote `"kind": "translator"`), or `None`."""
+    """The artifact kind a `keras_attn.config` object declares (`format`,
+    or `keras_attn_runtime.legacy.format_of_0_2`), or `None`."""
     found = config.get("format")
-    if found is None and config.get("kind") == "translator":  # 0.2 files
-        found = TRANSLATOR
+    if found is None:
+        found = legacy.format_of_0_2(config, TRANSLATOR)
     return found
 
 

@@ -18,6 +18,7 @@ does, the file's state reordered by beam between steps.
 
 import numpy as np
 
+from keras_attn_runtime import legacy
 from keras_attn_runtime.artifact import (
     METADATA_CONFIG,
     STREAMING_DECODER,
@@ -71,7 +72,7 @@ class StreamingDecoder:
         )
         self.engine = self.litert.engine
         # One start, or several (e.g. prompt lengths): the first that fits.
-        names = self.config.get("starts", [self.config["start"]])
+        names = legacy.start_names(self.config)
         self._starts = {name: self.litert.runner(name) for name in names}
         self._step = self.litert.runner(self.config["step"])
         self.state_names = [f"state_{i}" for i in range(self.config["state"])]

@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 
+from keras_attn_runtime import legacy
 from keras_attn_runtime.artifact import (
     METADATA_CONFIG,
     METADATA_SOURCE_VOCABULARY,
@@ -120,10 +121,9 @@ class LiteRTTranslator:
         self.dynamic, self.uniforms = False, None
         if self.decoder is None:
             self.runner = self.litert.runner("translate")
-            # Files written since 0.3 read the sentence's own length;
-            # earlier ones a fixed `source_length`, padded with zeros.
+            # Files written since 0.3 read the sentence's own length.
             inputs = self.runner.get_input_details()
-            self.dynamic = int(inputs["source"]["shape_signature"][-1]) == -1
+            self.dynamic = not legacy.fixed_source_length(inputs)
             # A sampling file's random numbers, `(max_length, 1)`.
             self.uniforms = inputs.get("uniforms", {}).get("shape")
         self.rng = np.random.default_rng(seed)

@@ -9,7 +9,7 @@ and microcontrollers.
 Run it: `python recipes/imdb_edge.py --out saved_models` (about ten
 minutes on two CPU cores, most of it measuring the LiteRT files;
 `--limit 2000 --epochs 1` for a quick look). It measures the file on
-every edge target: `pip install -e ".[cpu,examples,export,edge]"`.
+every edge target: `pip install -e ./runtime -e ".[cpu,examples,export,edge]"`.
 Results: docs/results.md.
 """
 

@@ -8,7 +8,7 @@ measured through TFLM itself.
 
 Run it: `python recipes/imdb_micro.py --out saved_models` (a few minutes
 on two CPU cores; `--limit 2000 --epochs 1` for a quick look), with
-`pip install -e ".[cpu,examples,export,edge]"`.
+`pip install -e ./runtime -e ".[cpu,examples,export,edge]"`.
 Results: docs/edge.md.
 """
 

@@ -17,6 +17,9 @@ from tests.venvs import build_wheel, fresh_venv, pip_install
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The distributions beside the main one: the trained models and the
+# edge runtime, which `keras_attn` depends on.
+PROJECTS = ("models", "runtime")
 
 
 def run(cmd, **kwargs):
@@ -28,7 +31,7 @@ def run(cmd, **kwargs):
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("wheels"))
-    for project in (ROOT, os.path.join(ROOT, "models")):
+    for project in (ROOT, *(os.path.join(ROOT, p) for p in PROJECTS)):
         build_wheel(project, out, isolated=False)
     return {
         name.split("-")[0]: os.path.join(out, name) for name in os.listdir(out)
@@ -49,7 +52,10 @@ def venv_with(tmp_path, *wheel_paths):
 
 def test_a_wheel_user_runs_the_main_job(wheels, tmp_path):
     python, env = venv_with(
-        tmp_path, wheels["keras_attn"], wheels["keras_attn_models"]
+        tmp_path,
+        wheels["keras_attn"],
+        wheels["keras_attn_models"],
+        wheels["keras_attn_runtime"],
     )
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -61,7 +67,9 @@ def test_a_wheel_user_runs_the_main_job(wheels, tmp_path):
 
 
 def test_without_models_a_verb_says_how_to_get_them(wheels, tmp_path):
-    python, env = venv_with(tmp_path, wheels["keras_attn"])
+    python, env = venv_with(
+        tmp_path, wheels["keras_attn"], wheels["keras_attn_runtime"]
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
     for args in ([], ["classify", "A wonderful film."], ["translate", "Hi."]):
@@ -71,10 +79,30 @@ def test_without_models_a_verb_says_how_to_get_them(wheels, tmp_path):
         assert done.stderr.count("\n") == 1
 
 
+def test_each_file_has_one_distribution(wheels):
+    """The main wheel ships `keras_attn` and its CLI and requires the
+    runtime's distribution, which alone ships `keras_attn_runtime`."""
+    import zipfile
+
+    def tops(wheel):
+        names = zipfile.ZipFile(wheels[wheel]).namelist()
+        return {n.split("/")[0] for n in names if ".dist-info" not in n}
+
+    assert tops("keras_attn") == {"keras_attn", "keras_attn_cli"}
+    assert tops("keras_attn_runtime") == {"keras_attn_runtime"}
+    metadata = [
+        n
+        for n in zipfile.ZipFile(wheels["keras_attn"]).namelist()
+        if n.endswith(".dist-info/METADATA")
+    ]
+    text = zipfile.ZipFile(wheels["keras_attn"]).read(metadata[0]).decode()
+    assert "Requires-Dist: keras-attn-runtime" in text
+
+
 def test_the_documented_serve_install_serves_every_shipped_model(tmp_path):
     """docs/serving.md's install, as a new user runs it, in a fresh venv
     (dependencies from the package index, or pip's cache): `pip install
-    ".[cpu,serve]"` and `tensorflow-serving-api` without its dependencies
+    ./runtime ".[cpu,serve]"` and `tensorflow-serving-api` without its dependencies
     give one TensorFlow (tensorflow-cpu), and `keras-attn serve` answers
     for every shipped model over REST and gRPC."""
     import json
@@ -84,7 +112,7 @@ def test_the_documented_serve_install_serves_every_shipped_model(tmp_path):
     from tests.cli.test_serve import free_port, get, post
 
     python = fresh_venv(str(tmp_path / "venv"))
-    pip_install(python, f"{ROOT}[cpu,serve]")
+    pip_install(python, os.path.join(ROOT, "runtime"), f"{ROOT}[cpu,serve]")
     pip_install(python, "--no-deps", "tensorflow-serving-api>=2.21,<2.22")
     listed = run([python, "-m", "pip", "list", "--format", "json"])
     names = {

@@ -1,36 +1,13 @@
 """Keras `Dense`/`EinsumDense` sublayers inside our layers.
 
 Our layers hold their projections as Keras sublayers, so that
-quantization, LoRA and dtype-policy maps come from Keras. Two things are
-ours: reading `.keras` files written by keras_attn 0.1, where the layer
-held the projection weights itself, and recording the sublayers' own
-dtype policies (after `model.quantize`) in the layer's config.
+quantization, LoRA and dtype-policy maps come from Keras. What is ours:
+recording the sublayers' own dtype policies (after `model.quantize`) in
+the layer's config, LoRA targets by name, and the feed-forward and `g`
+sublayers. Reading keras_attn 0.1's files is `keras_attn.legacy.layers`.
 """
 
 import keras
-
-
-def skip_next_load(layer):
-    """Make `layer.load_own_variables` a no-op once."""
-
-    def skip(store):
-        del layer.load_own_variables  # back to the class's method
-
-    layer.load_own_variables = skip
-
-
-def load_own_variables(layer, store, legacy, sublayers, load):
-    """`load(store)` for this version's files; for a 0.1 file, whose store
-    holds `len(legacy)` weights in the order of `legacy` (a list of this
-    layer's variables, sublayers' included), assign them in that order."""
-    sublayer_count = sum(len(s.variables) for s in sublayers)
-    keys = 0 if store is None else len(store.keys())
-    if not sublayer_count or keys != len(legacy):
-        return load(store)
-    for i, variable in enumerate(legacy):
-        variable.assign(store[str(i)])
-    for sublayer in sublayers:  # their own (absent) entries: skip
-        skip_next_load(sublayer)
 
 
 def dtype_config(layer, sublayers):

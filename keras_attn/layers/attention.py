@@ -6,6 +6,7 @@ import keras
 from keras import layers, ops
 
 from keras_attn.layers import _attention_arguments, _sublayers
+from keras_attn.legacy import layers as legacy_layers
 from keras_attn.ops import masking, scores
 from keras_attn.validation import (
     check_attention_masks,
@@ -204,15 +205,12 @@ class Attention(layers.Layer):
     def load_own_variables(self, store):
         """Also load `.keras` files written by keras_attn 0.1, whose layer
         held the projection kernels itself, before its other weights."""
-        denses = self._denses()
-        legacy = [v for dense in denses for v in dense.variables]
-        legacy += [
-            v
-            for v in (self.score_kernel, self.bias, self.scale)
-            if v is not None
-        ]
-        _sublayers.load_own_variables(
-            self, store, legacy, denses, super().load_own_variables
+        legacy_layers.load_own_variables(
+            self,
+            store,
+            self._denses(),
+            super().load_own_variables,
+            own=(self.score_kernel, self.bias, self.scale),
         )
 
     def enable_lora(self, rank, targets=None):

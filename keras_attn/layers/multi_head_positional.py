@@ -6,9 +6,10 @@ import math
 import keras
 from keras import layers, ops
 
-from keras_attn.layers import _legacy, _sublayers, cache_policies
 from keras_attn.layers import _multi_head_arguments as arguments
 from keras_attn.layers import _multi_head_inputs as inputs
+from keras_attn.layers import _sublayers, cache_policies
+from keras_attn.legacy import layers as legacy_layers
 from keras_attn.ops import heads, masking
 from keras_attn.validation import (
     check_attention_masks,
@@ -19,7 +20,7 @@ POSITIONS = arguments.POSITIONS
 FEED_FORWARDS = arguments.FEED_FORWARDS
 
 
-@_legacy.multi_head_names
+@legacy_layers.multi_head_names
 @keras.saving.register_keras_serializable(package="keras_attn")
 class MultiHeadPositional(layers.MultiHeadAttention):
     """Multi-head attention with position encodings and a post-attention g.
@@ -571,7 +572,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         _sublayers.enable_lora(self.name, self._denses(), rank, targets)
 
     def load_own_variables(self, store):
-        _legacy.load_own_variables(
+        legacy_layers.load_own_variables(
             self, store, self._denses(), super().load_own_variables
         )
 

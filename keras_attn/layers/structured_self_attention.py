@@ -6,6 +6,7 @@ import keras
 from keras import layers, ops
 
 from keras_attn.layers import _sublayers
+from keras_attn.legacy import layers as legacy_layers
 from keras_attn.ops import masking, scores
 from keras_attn.validation import (
     check_features,
@@ -167,9 +168,8 @@ class StructuredSelfAttention(layers.Layer):
     def load_own_variables(self, store):
         """Also load `.keras` files written by keras_attn 0.1, whose layer
         held `W_s1` (and its bias) and `W_s2` itself, in that order."""
-        legacy = [v for dense in self._denses() for v in dense.variables]
-        _sublayers.load_own_variables(
-            self, store, legacy, self._denses(), super().load_own_variables
+        legacy_layers.load_own_variables(
+            self, store, self._denses(), super().load_own_variables
         )
 
     def enable_lora(self, rank, targets=("hidden", "hops")):

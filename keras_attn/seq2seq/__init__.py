@@ -7,12 +7,10 @@ Backend-agnostic (`keras.ops`): `AttentionDecoder`, `SequenceLoss`,
 decoding as one). The TensorFlow application around it (`Translator`,
 `translation_scores`, parallel text, WordPiece subwords) is
 `keras_attn.translation`; its names are still reached from here (with a
-`DeprecationWarning`), and imported on first use.
+`DeprecationWarning`, `keras_attn.legacy.seq2seq`).
 """
 
-import importlib
-import warnings
-
+from keras_attn.legacy import seq2seq as legacy_seq2seq
 from keras_attn.seq2seq import samplers
 from keras_attn.seq2seq.attention_decoder import AttentionDecoder
 from keras_attn.seq2seq.ensemble import ensemble
@@ -50,34 +48,5 @@ __all__ = [
 ]
 
 
-# Names that moved to `keras_attn.translation` (TensorFlow only).
-MOVED = {
-    "Translator",
-    "translation_scores",
-    "teacher_forcing_dataset",
-    "read_pairs",
-    "split_by_source",
-    "references",
-    "word_vocabulary",
-    "serving",
-    "data",
-    "evaluation",
-    "segmenting",
-    "subwords",
-}
-
-
 def __getattr__(name):
-    if name not in MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    new = "keras_attn.translation"
-    warnings.warn(
-        f"keras_attn.seq2seq.{name} moved to {new}: import it from there.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    if name == "serving":
-        return importlib.import_module(f"{new}.translator")
-    if name in ("data", "evaluation", "segmenting", "subwords"):
-        return importlib.import_module(f"{new}.{name}")
-    return getattr(importlib.import_module(new), name)
+    return legacy_seq2seq.moved(__name__, name)

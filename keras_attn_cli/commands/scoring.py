@@ -164,6 +164,7 @@ def _saved_model_scorer(artifact):
     import tensorflow as tf
 
     from keras_attn import export
+    from keras_attn.legacy import saved_models as legacy_saved_models
 
     fn = saved_classifier(artifact.loaded, artifact.path)
 
@@ -172,13 +173,8 @@ def _saved_model_scorer(artifact):
         out = {k: v.numpy() for k, v in result.items()}
         if export.KNOWN_WORDS in out:  # written by keras_attn >= 0.3
             known = [int(n) for n in out[export.KNOWN_WORDS]]
-        else:  # older exports: no attention at all means no known word
-            att = out.get("attention")
-            known = (
-                [1] * len(texts)
-                if att is None
-                else [int(np.abs(a).sum() > 0) for a in att]
-            )
+        else:
+            known = legacy_saved_models.known_words(out, len(texts))
         return _probabilities(out), known
 
     return score

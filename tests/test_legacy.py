@@ -1,0 +1,76 @@
+"""Compatibility with earlier versions lives in one place per
+distribution (`keras_attn.legacy`, `keras_attn_runtime.legacy`), each
+item with the version that removes it: these tests fail once a package's
+version reaches an item's removal, so that the item is deleted then.
+What each item reads is tested beside its area (0.1 `.keras` files in
+`tests/layers/`, 0.2 translator files in `tests/runtime/`)."""
+
+import importlib
+
+import pytest
+from packaging.version import Version
+
+import keras_attn
+import keras_attn_runtime
+from keras_attn import legacy
+from keras_attn_runtime import legacy as runtime_legacy
+
+
+@pytest.mark.parametrize("what, where, removed_in", legacy.REMOVALS)
+def test_each_library_item_names_its_module_and_is_not_yet_due(
+    what, where, removed_in
+):
+    assert where.startswith("keras_attn.legacy."), where
+    assert importlib.import_module(where).__doc__, where
+    assert Version(keras_attn.__version__) < Version(removed_in), (
+        f"{what}: due for removal in {removed_in}"
+    )
+
+
+@pytest.mark.parametrize("what, function, removed_in", runtime_legacy.REMOVALS)
+def test_each_runtime_item_names_its_function_and_is_not_yet_due(
+    what, function, removed_in
+):
+    assert callable(getattr(runtime_legacy, function)), function
+    assert Version(keras_attn_runtime.__version__) < Version(removed_in), (
+        f"{what}: due for removal in {removed_in}"
+    )
+
+
+def test_every_legacy_module_is_listed():
+    import pkgutil
+
+    listed = {where for _, where, _ in legacy.REMOVALS}
+    found = {
+        f"keras_attn.legacy.{m.name}"
+        for m in pkgutil.iter_modules(legacy.__path__)
+    }
+    assert found == listed
+
+
+def test_a_0_2_translator_config_reads_as_a_translator():
+    from keras_attn_runtime import artifact
+
+    assert artifact.format_of({"kind": "translator"}) == artifact.TRANSLATOR
+    assert artifact.format_of({"kind": "other"}) is None
+    assert artifact.format_of({"format": "x", "kind": "translator"}) == "x"
+
+
+def test_an_older_saved_model_knows_words_where_it_attends():
+    import numpy as np
+
+    from keras_attn.legacy import saved_models
+
+    attention = np.array([[0.0, 0.0], [0.2, 0.8]])
+    assert saved_models.known_words({"attention": attention}, 2) == [0, 1]
+    assert saved_models.known_words({}, 3) == [1, 1, 1]
+
+
+def test_moved_seq2seq_names_warn_and_resolve():
+    import keras_attn.seq2seq as seq2seq
+    from keras_attn.translation import Translator
+
+    with pytest.warns(DeprecationWarning, match="keras_attn.translation"):
+        assert seq2seq.Translator is Translator
+    with pytest.raises(AttributeError, match="no_such_name"):
+        seq2seq.no_such_name  # noqa: B018
