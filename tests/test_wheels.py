@@ -102,9 +102,9 @@ def test_each_file_has_one_distribution(wheels):
 def test_the_documented_serve_install_serves_every_shipped_model(tmp_path):
     """docs/serving.md's install, as a new user runs it, in a fresh venv
     (dependencies from the package index, or pip's cache): `pip install
-    ./runtime ".[cpu,serve]"` and `tensorflow-serving-api` without its dependencies
-    give one TensorFlow (tensorflow-cpu), and `keras-attn serve` answers
-    for every shipped model over REST and gRPC."""
+    ./runtime ".[cpu,serve]"` and `tensorflow-serving-api` without its
+    dependencies give one TensorFlow (tensorflow-cpu), and `keras-attn
+    serve` answers for every shipped model over REST and gRPC."""
     import json
     import signal
     import time
