@@ -89,7 +89,7 @@ def test_text_model_runs_under_the_tf_serving_loader(tmp_path):
 
 @pytest.mark.slow  # 40 s: the shipped translator's three signatures
 def test_translator_signatures_run_under_the_tf_serving_loader(tmp_path):
-    from tests.seq2seq.test_seq2seq import tiny_model, tiny_translator
+    from tests.translation.test_translator import tiny_model, tiny_translator
 
     parts = tiny_model()
     path = str(tmp_path / "sm")
@@ -116,7 +116,7 @@ def test_translator_signatures_run_under_the_tf_serving_loader(tmp_path):
 
 @pytest.mark.parametrize("segmenter", [None, "english_clauses"])
 def test_translator_answers_blank_batches_with_empty_strings(segmenter):
-    from tests.seq2seq.test_seq2seq import tiny_model, tiny_translator
+    from tests.translation.test_translator import tiny_model, tiny_translator
 
     translator = tiny_translator(tiny_model(), segmenter=segmenter)
     for batch in BLANK_BATCHES:

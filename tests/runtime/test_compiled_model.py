@@ -214,7 +214,7 @@ def test_an_accelerator_runs_or_is_named_as_missing(bilstm_model, tmp_path):
 
 @pytest.mark.slow
 def test_a_translator_file_runs_under_compiled_model(tmp_path):
-    from tests.seq2seq.test_seq2seq import S, tiny_model, tiny_translator
+    from tests.translation.test_translator import S, tiny_model, tiny_translator
 
     translator = tiny_translator(tiny_model(), beam_width=3)
     texts = ["a b c", "d .", "c c a b", "a"]

@@ -9,7 +9,7 @@ import keras
 import pytest
 
 from keras_attn.seq2seq import samplers
-from tests.seq2seq.test_seq2seq import tiny_model, tiny_translator
+from tests.translation.test_translator import tiny_model, tiny_translator
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.skipif(

@@ -54,10 +54,13 @@ def test_bad_input_names_the_argument(hyps, refs, match):
 
 
 def test_translate_texts_equals_the_signatures_in_batches():
-    from test_seq2seq import copying_translator, tiny_model, vectorizer
-
     from keras_attn.text import split_sentence
     from keras_attn.translation import Translator
+    from tests.translation.test_translator import (
+        copying_translator,
+        tiny_model,
+        vectorizer,
+    )
 
     model, encode, step_fn = tiny_model()
     translator = Translator(
