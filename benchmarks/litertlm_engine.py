@@ -65,9 +65,9 @@ def build(folder):
         quantize="dynamic",
     )
     export_streaming_tflite(
+        _prefill_and_step(model),
         os.path.join(folder, "streaming.tflite"),
-        *_prefill_and_step(model),
-        [{"prompt": _spec(PREFILL)}],
+        start_signature=[{"prompt": _spec(PREFILL)}],
         quantize="dynamic",
         padding="left",
     )

@@ -137,7 +137,7 @@ def stream_rows(weights, policy, sentences, quantize, folder):
     spec = {"source": tf.TensorSpec([BATCH, ids.shape[1]], tf.int32)}
     path = os.path.join(folder, f"{policy}_{quantize}.tflite")
     export.export_streaming_tflite(
-        path, encode, step_fn, spec, quantize=quantize
+        (encode, step_fn), path, start_signature=spec, quantize=quantize
     )
     decoder = StreamingDecoder(path, num_threads=1)
     same = 0

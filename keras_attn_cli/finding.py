@@ -7,6 +7,7 @@ models`'."""
 
 import os
 
+from keras_attn_runtime.artifact import TRANSLATOR_FOLDER
 from keras_attn_runtime.opener import is_saved_model
 
 GET_MODELS = (
@@ -65,9 +66,9 @@ def find_translator(args=None):
     """The first folder holding a `saved_model/` and the target vocabulary
     beside it (the translator contract: see docs/export.md)."""
     for folder in model_folders(args):
-        path = os.path.join(folder, "saved_model")
+        path = os.path.join(folder, TRANSLATOR_FOLDER["saved_model"])
         if is_saved_model(path) and os.path.isfile(
-            os.path.join(folder, "target_vocabulary.txt")
+            os.path.join(folder, TRANSLATOR_FOLDER["target_vocabulary"])
         ):
             return path
     return None

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from keras_attn_runtime.artifact import TRANSLATOR_FOLDER
 from keras_attn_runtime.opener import is_saved_model
 from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
@@ -209,8 +210,9 @@ def saved_classifier(loaded, path):
 def load_translator(path, allow_unsafe=False):
     """The `translate` function of a translator SavedModel (the folder or
     its parent), opened as every SavedModel is (`keras_attn.opener`)."""
-    if os.path.isdir(os.path.join(path, "saved_model")):
-        path = os.path.join(path, "saved_model")
+    inside = os.path.join(path, TRANSLATOR_FOLDER["saved_model"])
+    if os.path.isdir(inside):
+        path = inside
     if not is_saved_model(path):
         raise ValueError(
             f"No SavedModel translator in {path!r} (no saved_model.pb)."

@@ -1,5 +1,5 @@
 """`keras-attn translate --stream`: a streaming LiteRT translator
-(`keras_attn.export.export_streaming_translator`) prints each sentence's
+(`keras_attn.translation.export_streaming_translator`) prints each sentence's
 words as its search settles them, with NumPy and LiteRT only."""
 
 import os
@@ -14,9 +14,10 @@ from keras_attn_cli.inputs import (
     check_sentences,
     read_texts,
 )
+from keras_attn_runtime.artifact import TRANSLATOR_FOLDER
 
 # The streaming file's name in a translator folder.
-STREAMING_FILE = "streaming.tflite"
+STREAMING_FILE = TRANSLATOR_FOLDER["streaming"]
 
 
 def streaming_translator(args):
@@ -40,8 +41,8 @@ def streaming_translator(args):
             return path
     raise ValueError(
         f"No streaming translator ({STREAMING_FILE}) under the models "
-        "folder: write one with keras_attn.export.export_streaming_translator "
-        "and pass it with --model"
+        "folder: write one with keras_attn.translation."
+        "export_streaming_translator and pass it with --model"
     )
 
 

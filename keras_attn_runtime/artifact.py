@@ -29,6 +29,16 @@ METADATA_TARGET_VOCABULARY = "keras_attn.target_vocabulary"
 TEXT_CLASSIFIER = "keras_attn.text_classifier"
 TRANSLATOR = "keras_attn.translator"
 STREAMING_DECODER = "keras_attn.streaming_decoder"
+# A translator's folder (`keras_attn.translation.Translator.save` writes
+# it; `keras-attn translate`, `align` and `serve` read it): what each
+# file is, and its name.
+TRANSLATOR_FOLDER = {
+    "saved_model": "saved_model",
+    "litert": "model.tflite",
+    "streaming": "streaming.tflite",
+    "source_vocabulary": "source_vocabulary.txt",
+    "target_vocabulary": "target_vocabulary.txt",
+}
 FORMAT_VERSION = 2  # 2: translators with WordPiece subwords (`subwords`)
 
 

@@ -106,8 +106,8 @@ class LiteRTTranslator:
                 "Expected a LiteRT translator written by keras_attn."
                 "translation.Translator.export_tflite (a 'translate' "
                 "signature and keras_attn.config metadata) or by "
-                "keras_attn.export.export_streaming_translator. Received: "
-                f"{model_path!r} with signatures {sorted(signatures)}"
+                "keras_attn.translation.export_streaming_translator. "
+                f"Received: {model_path!r} with signatures {sorted(signatures)}"
             )
         check_format(config, TRANSLATOR, model_path)
         try:

@@ -42,9 +42,14 @@ import numpy as np
 import tensorflow as tf
 import translation
 
-from keras_attn.export import export_streaming_translator, versions
+from keras_attn.export import versions
 from keras_attn.text import split_sentence
-from keras_attn.translation import read_pairs, references, split_by_source
+from keras_attn.translation import (
+    export_streaming_translator,
+    read_pairs,
+    references,
+    split_by_source,
+)
 from keras_attn.translation.subwords import WordPieceVectorizer
 from keras_attn_runtime import read_vocabulary
 

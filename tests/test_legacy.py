@@ -74,3 +74,49 @@ def test_moved_seq2seq_names_warn_and_resolve():
         assert seq2seq.Translator is Translator
     with pytest.raises(AttributeError, match="no_such_name"):
         seq2seq.no_such_name  # noqa: B018
+
+
+def test_options_by_position_still_reach_the_exporter_with_a_warning():
+    from keras_attn.legacy import exports
+
+    @exports.options_by_position("overwrite", "quantize")
+    def export_x(obj, path, *, overwrite=False, quantize="none"):
+        return obj, path, overwrite, quantize
+
+    assert export_x(1, "p", overwrite=True) == (1, "p", True, "none")
+    with pytest.warns(DeprecationWarning, match="overwrite, quantize"):
+        assert export_x(1, "p", True, "dynamic") == (1, "p", True, "dynamic")
+    with pytest.raises(TypeError, match="multiple values for argument"):
+        export_x(1, "p", True, overwrite=False)
+    with pytest.raises(TypeError, match="at most 2 options"):
+        export_x(1, "p", True, "dynamic", 3)
+
+
+def test_a_streaming_export_with_the_path_first_is_reordered():
+    from keras_attn.legacy import exports
+
+    @exports.streaming_path_first(("overwrite",))
+    def export_s(decoder, path, *, start_signature, overwrite=False):
+        return decoder, path, start_signature, overwrite
+
+    def start():
+        pass
+
+    def step():
+        pass
+
+    new = export_s((start, step), "f.tflite", start_signature={"a": 1})
+    with pytest.warns(DeprecationWarning, match=r"\(start, step_fn\), path"):
+        old = export_s("f.tflite", start, step, {"a": 1}, True)
+    assert new == ((start, step), "f.tflite", {"a": 1}, False)
+    assert old == ((start, step), "f.tflite", {"a": 1}, True)
+
+
+def test_the_streaming_translator_export_moved_with_a_warning():
+    import keras_attn.export as export
+    from keras_attn.translation import export_streaming_translator
+
+    with pytest.warns(DeprecationWarning, match="keras_attn.translation"):
+        assert export.export_streaming_translator is export_streaming_translator
+    with pytest.raises(AttributeError, match="no_such_exporter"):
+        export.no_such_exporter  # noqa: B018

@@ -4,11 +4,16 @@ The package's parts, one a format: `destination` (where an export lands:
 checks, staging, atomic replacement), `saved_model`, `litert`
 (conversion and quantization), `flatbuffer` (rewrites of LiteRT files),
 `onnx`, `litertlm` (a decoder-only model as a LiteRT-LM bundle),
-`translator_file` (a LiteRT translator's metadata),
 `streaming` (a decoder's start and step signatures, its state as
 explicit inputs and outputs); `unroll`
 (RNN layers made LiteRT-ready) and `text_models` (raw-text models end to
 end, in every format). Everything public is importable from here.
+
+Every exporter is called one way: `export_<format>(obj, path, *,
+overwrite=False, protect=(), ...)`, with what it exports first, where it
+goes second, and its options by keyword (`keras_attn.legacy.exports`
+still takes the earlier forms, with a warning). A translator's files are
+`keras_attn.translation.files`'.
 """
 
 import os
@@ -50,7 +55,6 @@ from keras_attn.export.text_models import (
     export_text_tflite,
     split_text_model,
 )
-from keras_attn.export.translator_file import export_streaming_translator
 from keras_attn.export.unroll import (
     has_rnn,
     litert_ready,
@@ -76,7 +80,6 @@ __all__ = [
     "export_saved_model",
     "export_signatures_tflite",
     "export_streaming_tflite",
-    "export_streaming_translator",
     "export_text_model",
     "export_text_tflite",
     "export_tflite",
@@ -116,3 +119,9 @@ def versions():
     record["python"] = platform.python_version()
     record["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores"
     return record
+
+
+def __getattr__(name):
+    from keras_attn.legacy import exports as legacy_exports
+
+    return legacy_exports.moved(__name__, name)

@@ -17,6 +17,7 @@ from keras_attn.export.flatbuffer import (
     keep_probability_ranges,
 )
 from keras_attn.export.unroll import has_rnn, litert_ready, with_dynamic_length
+from keras_attn.legacy import exports as legacy_exports
 from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
@@ -296,8 +297,9 @@ def with_metadata(data, entries):
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
+@legacy_exports.options_by_position("overwrite", "protect", "metadata")
 def export_tflite(
-    model, path, overwrite=False, protect=(), metadata=None, **kwargs
+    model, path, *, overwrite=False, protect=(), metadata=None, **kwargs
 ):
     """`convert_tflite` and write the result atomically to `path`.
 
@@ -362,8 +364,15 @@ def check_signature_quantize(quantize):
         )
 
 
+@legacy_exports.options_by_position("overwrite", "metadata", "quantize")
 def export_signatures_tflite(
-    functions, path, overwrite=False, metadata=None, quantize="none"
+    functions,
+    path,
+    *,
+    overwrite=False,
+    protect=(),
+    metadata=None,
+    quantize="none",
 ):
     """A LiteRT model with one signature per `tf.function`, builtin ops only.
 
@@ -374,6 +383,7 @@ def export_signatures_tflite(
         path: the `.tflite` file to write.
         overwrite: replace `path` even when it is not a LiteRT file.
             Defaults to `False`.
+        protect: paths never to replace (see `check_destination`).
         metadata: `{name: bytes}` stored in the file as LiteRT metadata
             (see `with_metadata`). Defaults to `None`.
         quantize: `"none"`, `"float16"` (float16 weights) or `"dynamic"`
@@ -387,7 +397,7 @@ def export_signatures_tflite(
     import tensorflow as tf
 
     check_signature_quantize(quantize)
-    target = check_destination(path, "tflite", overwrite)
+    target = check_destination(path, "tflite", overwrite, protect)
     frozen = tf.Module()
     signatures = {}
     for name, function in functions.items():

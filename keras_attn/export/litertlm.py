@@ -295,6 +295,7 @@ def export_litertlm(
     sampler="greedy",
     quantize="none",
     overwrite=False,
+    protect=(),
 ):
     """Write `path`, a `.litertlm` bundle of a decoder-only Keras model.
 
@@ -318,6 +319,7 @@ def export_litertlm(
             the engine's `SamplerConfig` may still choose top-k/top-p).
         quantize: `"none"`, `"float16"` or `"dynamic"` (int8 weights).
         overwrite: replace `path` even when it is not a LiteRT-LM bundle.
+        protect: paths never to replace (see `check_destination`).
 
     Returns:
         `path`.
@@ -329,7 +331,7 @@ def export_litertlm(
             f"sampler={sampler!r}"
         )
     lengths = _check_lengths(context_length, prefill_lengths)
-    target = check_destination(path, "litertlm", overwrite)
+    target = check_destination(path, "litertlm", overwrite, protect)
     kind, tok = _tokenizer(tokenizer)
     ids = tok if kind == "hf" else _Ids(tok)
     meta = llm_metadata(

@@ -9,6 +9,7 @@ signature; `saved_model_cli run` does the same), not only through
 
 from keras_attn.export import logs
 from keras_attn.export.destination import check_destination, staged
+from keras_attn.legacy import exports as legacy_exports
 from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
 KNOWN_WORDS = "known_words"
@@ -154,8 +155,9 @@ def write_saved_model(model, tmp, input_signature=None, vectorizer=None):
     save_signatures(tmp, {DEFAULT_SIGNATURE: serve}, trackables=[model])
 
 
+@legacy_exports.options_by_position("input_signature", "overwrite", "protect")
 def export_saved_model(
-    model, path, input_signature=None, overwrite=False, protect=()
+    model, path, *, input_signature=None, overwrite=False, protect=()
 ):
     """Write a TF-Serving SavedModel with a `serving_default` signature.
 
@@ -182,14 +184,15 @@ def export_saved_model(
     return path
 
 
-def export_module(module, path, signatures, overwrite=False):
+@legacy_exports.options_by_position("signatures", "overwrite")
+def export_module(module, path, *, signatures, overwrite=False, protect=()):
     """Save the `signatures` (`{name: tf.function}`) of a `tf.Module` as a
-    SavedModel, through the same destination checks and atomic move as
-    `export_saved_model`. The module itself is searched for the lookup
-    tables the signatures use; what is written is `serving_root`'s (so
-    TensorFlow Serving restores it), with each signature function under
-    its name."""
-    target = check_destination(path, "saved_model", overwrite)
+    SavedModel, through the same destination checks (`overwrite`,
+    `protect`) and atomic move as `export_saved_model`. The module itself
+    is searched for the lookup tables the signatures use; what is written
+    is `serving_root`'s (so TensorFlow Serving restores it), with each
+    signature function under its name."""
+    target = check_destination(path, "saved_model", overwrite, protect)
     with staged(target) as (tmp,):
         save_signatures(tmp, signatures, trackables=[module])
     return path

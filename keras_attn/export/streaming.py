@@ -19,6 +19,7 @@ NumPy and LiteRT and yields tokens as they come.
 import json
 
 from keras_attn.export.litert import export_signatures_tflite
+from keras_attn.legacy import exports as legacy_exports
 from keras_attn_runtime import artifact
 
 START, STEP = "prefill", "decode"
@@ -143,12 +144,30 @@ def _step_function(step_fn, state_specs, structure, batch=None):
     return step, updated
 
 
+@legacy_exports.streaming_path_first(
+    ("overwrite", "quantize", "settings", "metadata", "padding", "step_batch")
+)
+def _decoder_pair(decoder):
+    """`(start, step_fn)` from `decoder`, or a `ValueError` naming it."""
+    if (
+        not isinstance(decoder, (tuple, list))
+        or len(decoder) != 2
+        or not all(callable(f) for f in decoder)
+    ):
+        raise ValueError(
+            "Expected decoder to be a pair of functions (start, step_fn). "
+            f"Received: decoder={decoder!r}"
+        )
+    return tuple(decoder)
+
+
 def export_streaming_tflite(
+    decoder,
     path,
-    start,
-    step_fn,
+    *,
     start_signature,
     overwrite=False,
+    protect=(),
     quantize="none",
     settings=None,
     metadata=None,
@@ -158,11 +177,12 @@ def export_streaming_tflite(
     """Write `path`, a LiteRT streaming decoder.
 
     Args:
+        decoder: `(start, step_fn)`. `start(**inputs) -> state`, a nest
+            of batch-first tensors (e.g. an encoder's memory and
+            `empty_cache`s); `step_fn`, the searches' decoder,
+            `step_fn(tokens, state, index) -> (logits, state, alignment)`
+            (`alignment` may be `None`).
         path: the `.tflite` file.
-        start: `start(**inputs) -> state`, a nest of batch-first tensors
-            (e.g. an encoder's memory and `empty_cache`s).
-        step_fn: the searches' decoder, `step_fn(tokens, state, index) ->
-            (logits, state, alignment)` (`alignment` may be `None`).
         start_signature: `{name: tf.TensorSpec}` of `start`'s inputs,
             batch first (e.g. `{"source": TensorSpec([8, 24], tf.int32)}`).
             Fixed sizes keep every output's size known before a run, as
@@ -175,6 +195,7 @@ def export_streaming_tflite(
             zero-padded to its sizes. Every start gives the same state
             shapes.
         overwrite: replace `path` even when it is not a LiteRT file.
+        protect: paths never to replace (see `check_destination`).
         quantize: `"none"`, `"float16"` or `"dynamic"` (int8 weights).
         settings: a JSON-able dict stored in the file's config (e.g. the
             start and end token ids). Defaults to `None`.
@@ -196,6 +217,7 @@ def export_streaming_tflite(
     one, `alignment` out; a state part the step leaves unchanged is not an
     output, and the config's `step_state` lists those it does give).
     """
+    start, step_fn = _decoder_pair(decoder)
     signatures = _start_signatures(start_signature, padding)
     structure = {}  # the state's nest, from the first trace
     starts, state_specs = _start_functions(start, signatures, structure)
@@ -219,6 +241,7 @@ def export_streaming_tflite(
         {**starts, STEP: step},
         path,
         overwrite=overwrite,
+        protect=protect,
         metadata=metadata,
         quantize=quantize,
     )

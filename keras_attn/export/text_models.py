@@ -21,6 +21,7 @@ from keras_attn.export.litert import (
     length_axes,
     with_metadata,
 )
+from keras_attn.legacy import exports as legacy_exports
 from keras_attn_runtime import artifact
 
 
@@ -113,9 +114,19 @@ def _text_tflite_bytes(
     )
 
 
+@legacy_exports.options_by_position(
+    "quantize",
+    "calibration_texts",
+    "batch_size",
+    "dynamic_length",
+    "overwrite",
+    "protect",
+    "verbose",
+)
 def export_text_tflite(
     text_model,
     path,
+    *,
     quantize="none",
     calibration_texts=None,
     batch_size=1,

@@ -28,6 +28,13 @@ REMOVALS = [
         "1.0",
     ),
     (
+        "exporters' options given by position, "
+        "`export_streaming_tflite(path, start, step_fn, ...)`, and "
+        "`keras_attn.export.export_streaming_translator`",
+        "keras_attn.legacy.exports",
+        "1.0",
+    ),
+    (
         "text-classifier SavedModels written before 0.3, without a "
         "known-words output",
         "keras_attn.legacy.saved_models",

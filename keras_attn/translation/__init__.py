@@ -7,7 +7,8 @@ export), `translation_scores` (BLEU and exact match), parallel text
 `teacher_forcing_dataset`) and WordPiece subwords (`wordpiece_vocabulary`,
 `WordPieceVectorizer`). The modelling it serves (decoder, samplers,
 losses) is `keras_attn.seq2seq`'s and backend-agnostic; the LiteRT file's
-format is `keras_attn.export.translator_file`'s (written) and
+files are `keras_attn.translation.files`' (written: the folder, the
+SavedModel, the one-call and streaming LiteRT files) and
 `keras_attn_runtime.translator`'s (read).
 """
 
@@ -19,6 +20,7 @@ from keras_attn.translation.data import (
     word_vocabulary,
 )
 from keras_attn.translation.evaluation import translation_scores
+from keras_attn.translation.files import export_streaming_translator
 from keras_attn.translation.subwords import (
     WordPieceVectorizer,
     wordpiece_vocabulary,
@@ -28,6 +30,7 @@ from keras_attn.translation.translator import Translator
 __all__ = [
     "Translator",
     "WordPieceVectorizer",
+    "export_streaming_translator",
     "read_pairs",
     "references",
     "split_by_source",

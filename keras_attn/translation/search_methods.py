@@ -44,3 +44,30 @@ def litert_sampler(translator, search_method):
             f"(samplers.get). Received: search_method={search_method!r}"
         ) from None
     return token_sampler(sampler, "search_method")
+
+
+def streaming_search(translator):
+    """The search settings a streaming translator file carries: the
+    translator's greedy or beam search (`keras_attn_runtime.search` runs
+    them with `BeamSampler`'s default ranking)."""
+    sampler = translator.sampler
+    if isinstance(sampler, samplers.GreedySampler):
+        return {"search": "greedy"}
+    config = (
+        sampler.get_config()
+        if isinstance(sampler, samplers.BeamSampler)
+        else None
+    )
+    if (
+        config is None
+        or config["count_end_token"] is not True
+        or config["coverage_on_finished_only"]
+    ):
+        raise ValueError(
+            "A streaming translator file runs greedy search or a "
+            "BeamSampler ranking as GNMT does (count_end_token=True, "
+            "coverage_on_finished_only=False). Received: the translator's "
+            f"sampler={sampler!r}"
+        )
+    keys = ("beam_width", "length_penalty", "coverage_penalty")
+    return {"search": "beam", **{k: config[k] for k in keys}}

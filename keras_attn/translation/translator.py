@@ -10,16 +10,11 @@ take:
   alignment (B, S))`.
 """
 
-import os
-import shutil
-
 import tensorflow as tf
 
-from keras_attn.export import translator_file
 from keras_attn.seq2seq import samplers
-from keras_attn.translation import search_methods, segmenting
+from keras_attn.translation import files, search_methods, segmenting
 from keras_attn_runtime import DETOKENIZERS
-from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
 # Joining French output tokens (the runtime's named rules).
 DETOKENIZE = DETOKENIZERS["french"]
@@ -268,48 +263,16 @@ class Translator(tf.Module):
         return out
 
     def check_litert(self, path, sentences, greedy=True):
-        """Compare a LiteRT file written by `export_tflite` (or `save`)
-        with this translator's greedy (or, with `greedy=False`, beam)
-        search, sentence by sentence,
-        through the numpy-only runtime. Returns a dict: `size_bytes`,
-        `ops` (the op types), `search` (`"greedy"` or `"beam"`),
-        `agreement_with_keras` (the fraction of identical translations),
-        `latency_ms_per_sentence` (one `translate` call each) and
-        `sentences`."""
-        import time
-
-        from keras_attn.export import tflite_op_names
-        from keras_attn_runtime import LiteRTTranslator
-
-        sentences = list(sentences)
-        if not sentences:
-            raise ValueError("`sentences` must hold at least one sentence.")
-        expected = self.translate_texts(sentences, greedy=greedy)
-        lite, start = LiteRTTranslator(path), time.perf_counter()
-        got = [lite.translate(s) for s in sentences]
-        seconds = (time.perf_counter() - start) / len(sentences)
-        same = sum(a == b for a, b in zip(got, expected, strict=True))
-        return {
-            "size_bytes": os.path.getsize(path),
-            "ops": tflite_op_names(path),
-            "search": "greedy" if greedy else "beam",
-            "agreement_with_keras": same / len(sentences),
-            "latency_ms_per_sentence": round(1000 * seconds, 2),
-            "sentences": len(sentences),
-        }
+        """`keras_attn.translation.files.check_litert` of this
+        translator: a LiteRT file compared with its search, sentence by
+        sentence."""
+        return files.check_litert(self, path, sentences, greedy)
 
     def export(self, path, overwrite=False):
         """SavedModel with `translate` (also `serving_default`) and
-        `translate_greedy`, through `export.export_module`'s checks."""
-        from keras_attn.export import export_module
-
-        signatures = {
-            DEFAULT_SIGNATURE: self.translate,
-            "translate": self.translate,
-            "translate_greedy": self.translate_greedy,
-        }
-        self.model_variables = self._variables_of()
-        return export_module(self, path, signatures, overwrite)
+        `translate_greedy` (`keras_attn.translation.files.
+        export_saved_model`)."""
+        return files.export_saved_model(self, path, overwrite=overwrite)
 
     def save(
         self,
@@ -320,95 +283,18 @@ class Translator(tf.Module):
         pad_source=None,
         litert_file=None,
     ):
-        """Write the folder `keras-attn translate` and `align` read (the
-        translator contract, docs/export.md): `saved_model/` (`export`),
-        `model.tflite` (`export_tflite`, with `quantize`, `search_method`
-        and `pad_source`; defaults `"none"`, `"greedy"`, `False`),
-        `source_vocabulary.txt` and `target_vocabulary.txt`. The folder is
-        created if needed. An earlier export of the same kind is replaced;
-        anything else there (a vocabulary with other tokens, a file that
-        is not a LiteRT model) only with `overwrite`, and then nothing is
-        written. Returns `folder`.
-
-        `litert_file`: a file `export_tflite` already wrote for this
-        translator, copied in as `model.tflite` instead of exporting one
-        (then pass none of `quantize`, `search_method`, `pad_source`).
-        Export it before quantizing the model's weights with Keras
-        (`model.quantize("int8")`): LiteRT runs Keras's int8 layers as a
-        dequantization inside every search step (2.4 times slower than
-        the float file's own dynamic-range int8 on the translation
-        recipe's ensemble: `benchmarks/litert_translator_export.py`)."""
-        from keras_attn.export import (
-            atomic_path,
-            check_destination,
-            check_signature_quantize,
-            check_vocabulary_file,
-            write_vocabulary,
+        """Write the folder `keras-attn translate` and `align` read
+        (`keras_attn.translation.files.save`, which says what it holds).
+        Returns `folder`."""
+        return files.save(
+            self,
+            folder,
+            overwrite=overwrite,
+            quantize=quantize,
+            search_method=search_method,
+            pad_source=pad_source,
+            litert_file=litert_file,
         )
-
-        options = (quantize, search_method, pad_source)
-        if litert_file is not None:
-            if options != (None, None, None):
-                raise ValueError(
-                    "Pass either litert_file or the LiteRT export options "
-                    f"(quantize, search_method, pad_source). Received: "
-                    f"litert_file={litert_file!r} and {options}"
-                )
-            self._check_litert_file(litert_file)
-        quantize = quantize or "none"
-        check_signature_quantize(quantize)
-
-        os.makedirs(folder, exist_ok=True)
-        saved, lite = (
-            os.path.join(folder, name)
-            for name in ("saved_model", "model.tflite")
-        )
-        vocabularies = {
-            os.path.join(folder, f"{name}_vocabulary.txt"): tokens
-            for name, tokens in (
-                ("source", self.vectorizer),
-                ("target", self.target_vocabulary),
-            )
-        }
-        # Every destination is checked before anything is written.
-        check_destination(saved, "saved_model", overwrite)
-        check_destination(lite, "tflite", overwrite)
-        for path, tokens in vocabularies.items():
-            check_vocabulary_file(tokens, path, overwrite)
-        for path, tokens in vocabularies.items():
-            write_vocabulary(tokens, path, overwrite)
-        self.export(saved, overwrite)
-        if litert_file is None:
-            self.export_tflite(
-                lite,
-                overwrite,
-                quantize,
-                search_method or "greedy",
-                bool(pad_source),
-            )
-        else:
-            with atomic_path(lite) as tmp:
-                shutil.copyfile(litert_file, tmp)
-        return folder
-
-    def _check_litert_file(self, path):
-        """`path` is a LiteRT translator with this translator's
-        vocabularies and settings (a `ValueError` otherwise)."""
-        from keras_attn_runtime import LiteRTTranslator
-
-        lite = LiteRTTranslator(path)
-        theirs = (lite.source_vocab, lite.target_vocab, lite.max_length)
-        ours = (
-            list(self.vectorizer.get_vocabulary()),
-            list(self.target_vocabulary),
-            self.max_length,
-        )
-        if lite.length != self.source_length or theirs != ours:
-            raise ValueError(
-                "Expected litert_file to be written by this translator's "
-                "export_tflite (same vocabularies, source_length and "
-                f"max_length). Received: litert_file={path!r}"
-            )
 
     def export_tflite(
         self,
@@ -419,83 +305,14 @@ class Translator(tf.Module):
         pad_source=False,
         unroll_first_step=True,
     ):
-        """LiteRT model whose `translate(source (1, S) int32)` signature
-        runs the whole search (a builtin `WHILE`) and returns `ids (1, L)`
-        and `alignment (1, L, source_length)`; builtin ops only. The input
-        is the sentence's own `S` tokens (at most `source_length`): the
-        encoder and the attention run on no padding, and the alignment's
-        columns past `S` are zeros (so that every output's size is
-        declared before the run, as LiteRT's `CompiledModel` needs).
-        `pad_source=True` reads `source_length` tokens, zero-padded, as
-        the SavedModel does: for
-        an encoder whose output depends on padding (one that does not
-        mask). `search_method`: `"greedy"`, `"beam"` (the translator's
-        `sampler`, a `BeamSampler`), or a token sampler in any form
-        `samplers.get` takes: the file runs it as one `WHILE`. A random
-        sampler's file takes its random numbers as a second input,
-        `uniforms (max_length, 1)` float32 in `[0, 1)` (LiteRT has no
-        stateless random op; `LiteRTTranslator(seed=...)` draws them).
-        `quantize`: `"none"`, `"float16"` or `"dynamic"` (int8 weights),
-        as in `keras_attn.export.export_signatures_tflite`.
-        `unroll_first_step=True` (the default) takes the first step
-        before the `WHILE`: its tokens are the start id, a constant, so
-        the converter computes what depends on them alone at conversion
-        time, in float (for the example translator: 0.29 MB more, 3% less
-        time on one thread). `False` runs it in the loop with the others:
-        a smaller file, whose int8 weights (`quantize="dynamic"`) then
-        serve the first step too.
-
-        The vocabularies and the settings the numpy-only runtime
-        (`keras_attn_runtime.LiteRTTranslator`) needs travel inside the file
-        as metadata.
-        """
-        from keras_attn.export import export_signatures_tflite
-
-        for name, value in (
-            ("pad_source", pad_source),
-            ("unroll_first_step", unroll_first_step),
-        ):
-            if not isinstance(value, bool):
-                raise ValueError(
-                    f"Expected {name} to be True or False. "
-                    f"Received: {name}={value!r}"
-                )
-        sampler = search_methods.litert_sampler(self, search_method)
-        translate = self._litert_function(
-            sampler, pad_source, unroll_first_step
+        """A LiteRT file whose `translate` signature runs the whole search
+        (`keras_attn.translation.files.export_tflite`, which says how)."""
+        return files.export_tflite(
+            self,
+            path,
+            overwrite=overwrite,
+            quantize=quantize,
+            search_method=search_method,
+            pad_source=pad_source,
+            unroll_first_step=unroll_first_step,
         )
-        metadata = translator_file.litert_metadata(
-            self, search_methods.sampler_name(sampler)
-        )
-        return export_signatures_tflite(
-            {"translate": translate}, path, overwrite, metadata, quantize
-        )
-
-    def _litert_function(self, sampler, pad_source, unroll_first_step):
-        """The `translate` `tf.function` of `export_tflite`'s file."""
-        from keras_attn.export import at_static_sizes
-
-        width = self.source_length if pad_source else None
-
-        def static_alignment(out):
-            # LiteRT's CompiledModel sizes outputs before the run: the
-            # alignment's source axis, computed in the loop, is padded to
-            # `source_length` so that its declared size is true.
-            align = out["alignment"]
-            if width is None:
-                align = at_static_sizes(align, {2: self.source_length})
-            return {"ids": out["ids"], "alignment": align}
-
-        specs = [tf.TensorSpec([1, width], tf.int32, "source")]
-        if isinstance(sampler, samplers.RandomSampler):
-            # LiteRT has no stateless random op: the numbers are an input.
-            specs.append(
-                tf.TensorSpec([self.max_length, 1], tf.float32, "uniforms")
-            )
-
-        @tf.function(input_signature=specs)
-        def translate(source, uniforms=None):
-            out = self._decode(source, sampler, unroll_first_step, uniforms)
-            return static_alignment(out)
-
-        return translate

@@ -177,7 +177,10 @@ def test_streaming_file_decodes_as_keras_cached_greedy(policy, tmp_path):
     path = str(tmp_path / "decoder.tflite")
     spec = {"source": tf.TensorSpec([4, SOURCE], tf.int32)}  # 3 rows fed
     export.export_streaming_tflite(
-        path, encode, step_fn, spec, settings={"start_id": START}
+        (encode, step_fn),
+        path,
+        start_signature=spec,
+        settings={"start_id": START},
     )
     # Under the Interpreter, in this process, as LiteRT documents it.
     streamed = interpreter_greedy(path, ids)
@@ -226,7 +229,9 @@ def test_streaming_file_beam_searches_as_keras_cached_beam(tmp_path):
     want_ids = keras.ops.convert_to_numpy(want["ids"])
     path = str(tmp_path / "decoder.tflite")
     spec = {"source": tf.TensorSpec([4, SOURCE], tf.int32)}
-    export.export_streaming_tflite(path, encode, step_fn, spec)
+    export.export_streaming_tflite(
+        (encode, step_fn), path, start_signature=spec
+    )
     child = in_child(BEAM_CHILD, path, ids)
     got = np.array(child["ids"])
     np.testing.assert_array_equal(got, want_ids[:, : got.shape[1]])
@@ -245,7 +250,9 @@ def test_the_state_is_explicit_and_the_ops_builtin(tmp_path):
     encode, step_fn = tiny_model(POLICIES["int8"]())
     path = str(tmp_path / "decoder.tflite")
     spec = {"source": tf.TensorSpec([2, SOURCE], tf.int32)}
-    export.export_streaming_tflite(path, encode, step_fn, spec)
+    export.export_streaming_tflite(
+        (encode, step_fn), path, start_signature=spec
+    )
     decoder = StreamingDecoder(path)
     step = decoder.litert.signatures["decode"]
     states = sorted(n for n in step["inputs"] if n.startswith("state_"))
@@ -278,7 +285,7 @@ def test_equal_state_parts_merged_by_the_converter_come_back_apart(tmp_path):
 
     path = str(tmp_path / "twins.tflite")
     spec = {"source": tf.TensorSpec([2, 3], tf.int32)}
-    export.export_streaming_tflite(path, start, step_fn, spec)
+    export.export_streaming_tflite((start, step_fn), path, start_signature=spec)
     decoder = StreamingDecoder(path)
     state = decoder.start(source=np.ones((2, 3), "int32"))
     assert sorted(state) == ["state_0", "state_1"]
@@ -309,7 +316,9 @@ def test_a_file_with_the_former_signature_names_still_runs(
         monkeypatch.setattr(streaming, "START", names[0])
         monkeypatch.setattr(streaming, "STEP", names[1])
         files[names] = str(tmp_path / f"{names[0]}.tflite")
-        export.export_streaming_tflite(files[names], start, step_fn, spec)
+        export.export_streaming_tflite(
+            (start, step_fn), files[names], start_signature=spec
+        )
     answers = []
     for names, path in files.items():
         decoder = StreamingDecoder(path)
@@ -398,7 +407,7 @@ def test_a_decoder_only_stack_streams_from_prompts_of_several_lengths(
     ]
     path = str(tmp_path / "lm.tflite")
     export.export_streaming_tflite(
-        path, prefill, step_fn, specs, padding="left"
+        (prefill, step_fn), path, start_signature=specs, padding="left"
     )
     decoder = StreamingDecoder(path)
     assert sorted(decoder.litert.signatures) == [

@@ -1,5 +1,5 @@
 """A translator as a streaming LiteRT file
-(`keras_attn.export.export_streaming_translator`): the runtime's
+(`keras_attn.translation.export_streaming_translator`): the runtime's
 `LiteRTTranslator` translates with it as the Keras translator does (its
 beam search and its greedy search, unknown words copied through the
 attention, long inputs cut), and `stream` yields the same words in parts.
@@ -29,7 +29,7 @@ TEXTS = ["a b c", "d .", "c c a b", "a", "a zz b", "b d c a . c b a d c ."]
     ],
 )
 def test_a_streaming_translator_translates_as_keras(sampler, tmp_path):
-    from keras_attn.export import export_streaming_translator
+    from keras_attn.translation import export_streaming_translator
     from keras_attn_runtime import LiteRTTranslator
 
     translator = tiny_translator(
@@ -58,12 +58,14 @@ def test_a_streaming_translator_translates_as_keras(sampler, tmp_path):
 
 
 def test_a_translator_file_that_cannot_stream_is_named(tmp_path):
-    from keras_attn.export import export_streaming_translator
+    from keras_attn.translation import export_streaming_translator
     from keras_attn_runtime import LiteRTTranslator
 
     translator = tiny_translator(tiny_model())
     with pytest.raises(ValueError, match="batch_size=2"):
-        export_streaming_translator(translator, str(tmp_path / "s.tflite"), 2)
+        export_streaming_translator(
+            translator, str(tmp_path / "s.tflite"), batch_size=2
+        )
     top_k = tiny_translator(tiny_model(), sampler="top_k")
     with pytest.raises(ValueError, match="sampler=TopKSampler"):
         export_streaming_translator(top_k, str(tmp_path / "s.tflite"))
@@ -75,7 +77,7 @@ def test_a_translator_file_that_cannot_stream_is_named(tmp_path):
 
 def test_translate_stream_prints_the_streamed_words(tmp_path, capsys):
     import keras_attn_cli
-    from keras_attn.export import export_streaming_translator
+    from keras_attn.translation import export_streaming_translator
     from keras_attn_runtime import LiteRTTranslator
 
     translator = tiny_translator(tiny_model())
