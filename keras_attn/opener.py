@@ -187,3 +187,60 @@ for _kind in opener.TENSORFLOW_KINDS:
             kind, path, allow_unsafe
         ),
     )
+
+
+def check_classifier(model, path):
+    """A `ValueError` naming `path` unless `model` is a raw-text
+    classifier: one string input, a dict output with `probability`."""
+    inputs = getattr(model, "inputs", None) or []
+    if len(inputs) != 1 or inputs[0].dtype != "string":
+        raise ValueError(
+            "Expected a text model: one string input. Received: "
+            f"{path!r} with inputs "
+            f"{[(tuple(t.shape), str(t.dtype)) for t in inputs]}"
+        )
+    outputs = model.output
+    if not isinstance(outputs, dict) or "probability" not in outputs:
+        names = sorted(outputs) if isinstance(outputs, dict) else "a tensor"
+        raise ValueError(
+            "Expected a model whose outputs are a dict with 'probability'. "
+            f"Received: {path!r} with outputs {names}"
+        )
+
+
+def signature_of(loaded, path, key, needs):
+    """The `key` signature of a loaded SavedModel, or a `ValueError`
+    saying the file at `path` is not `needs` (what the caller runs)."""
+    signatures = dict(getattr(loaded, "signatures", {}) or {})
+    if key not in signatures:
+        raise ValueError(
+            f"Expected {needs} (a {key!r} signature). Received: {path!r} "
+            f"with signatures {sorted(signatures)}"
+        )
+    return signatures[key]
+
+
+def saved_classifier(loaded, path):
+    """The `serving_default` function of a loaded text-classifier
+    SavedModel (from `path`), checked."""
+    import tensorflow as tf
+
+    needs = "a text classifier SavedModel (`keras-attn translate` runs a "
+    needs += "translator)"
+    fn = signature_of(loaded, path, opener.DEFAULT_SIGNATURE, needs)
+    specs = list(fn.structured_input_signature[1].values())
+    if len(specs) != 1 or specs[0].dtype != tf.string:
+        raise ValueError(
+            "Expected a SavedModel whose serving_default takes one batch "
+            f"of strings. Received: {path!r} with inputs {specs}"
+        )
+    if "probability" not in fn.structured_outputs:
+        hint = ""
+        if "translate" in loaded.signatures:
+            hint = " (a translator: run it with `keras-attn translate`)"
+        raise ValueError(
+            "Expected a SavedModel whose serving_default returns "
+            f"'probability'. Received: {path!r} with outputs "
+            f"{sorted(fn.structured_outputs)}{hint}"
+        )
+    return fn

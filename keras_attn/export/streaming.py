@@ -194,21 +194,17 @@ def export_streaming_tflite(
             runs the first whose inputs are long enough, the caller's
             zero-padded to its sizes. Every start gives the same state
             shapes.
-        overwrite: replace `path` even when it is not a LiteRT file.
-        protect: paths never to replace (see `check_destination`).
-        quantize: `"none"`, `"float16"` or `"dynamic"` (int8 weights).
+        overwrite, protect, quantize: as in `export_signatures_tflite`.
         settings: a JSON-able dict stored in the file's config (e.g. the
             start and end token ids). Defaults to `None`.
         metadata: more `{name: bytes}` metadata entries (e.g.
             vocabularies). Defaults to `None`.
-        padding: where the runtime adds zeros to make an input as long as
-            a start's: `"right"` (the default) or `"left"` (a prompt whose
-            last token stays last, for a decoder-only stack).
-        step_batch: the rows `step` runs, when not the starts' batch: a
-            beam search's `B · beam_width` rows from a start of `B`
-            (the runtime repeats each start row for its beams, so the
-            encoder runs once a sentence, not once a beam). Defaults to
-            `None` (the starts' batch).
+        padding: where the runtime pads an input to a start's length:
+            `"right"` (the default) or `"left"` (a prompt's last token
+            stays last, for a decoder-only stack).
+        step_batch: the rows `step` runs, if not the starts' batch: a
+            beam search's `B · beam_width` rows from a start of `B` (the
+            encoder runs once a sentence). Defaults to `None`.
 
     The file's signatures: `"prefill"` (the inputs of `start_signature`
     in, `state_i` out; with several, `"prefill_0"`, `"prefill_1"`, ...)

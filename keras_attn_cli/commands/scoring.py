@@ -28,7 +28,6 @@ from keras_attn_cli.models import (
     load_classifier,
     open_model,
     run_model,
-    saved_classifier,
 )
 from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
@@ -165,6 +164,7 @@ def _saved_model_scorer(artifact):
 
     from keras_attn import export
     from keras_attn.legacy import saved_models as legacy_saved_models
+    from keras_attn.opener import saved_classifier
 
     fn = saved_classifier(artifact.loaded, artifact.path)
 
