@@ -22,6 +22,9 @@ METADATA_VOCABULARY = "keras_attn.vocabulary"
 METADATA_CONFIG = "keras_attn.config"
 METADATA_SOURCE_VOCABULARY = "keras_attn.source_vocabulary"
 METADATA_TARGET_VOCABULARY = "keras_attn.target_vocabulary"
+# The streaming signatures' config in a file whose `keras_attn.config` is
+# another kind's (a translator's one-call file that also streams).
+METADATA_STREAMING = "keras_attn.streaming"
 # The artifact kinds, as their `format` in the config, and the newest
 # format version this runtime reads (a file of a newer version is refused
 # with a clear message; files without a version are version 1). Writers

@@ -21,6 +21,7 @@ import numpy as np
 from keras_attn_runtime import legacy
 from keras_attn_runtime.artifact import (
     METADATA_CONFIG,
+    METADATA_STREAMING,
     STREAMING_DECODER,
     check_format,
     config_object,
@@ -45,6 +46,12 @@ class StreamingDecoder:
             same input, whatever the threads, the load or the callers) or
             `"xnnpack"` (faster; see `keras_attn_runtime.engine.
             LiteRTModel`).
+        litert: the file already opened (a `LiteRTModel` of `model_path`,
+            e.g. a translator's that also streams), whose settings then
+            stand. Defaults to `None`.
+
+    The file's config is its `keras_attn.config` metadata, or
+    `keras_attn.streaming` where a file of another kind also streams.
 
     Attributes:
         config: the settings the exporter stored (`settings` included).
@@ -57,24 +64,30 @@ class StreamingDecoder:
         num_threads=1,
         accelerator="cpu",
         cpu_kernels="builtin",
+        litert=None,
     ):
         data, model = load_verified(model_path)
         meta = metadata(model)
-        if METADATA_CONFIG not in meta:
+        key = METADATA_STREAMING if METADATA_STREAMING in meta else None
+        key = key or METADATA_CONFIG
+        if key not in meta:
             raise ValueError(
                 f"Not a streaming decoder: {model_path!r} has no "
                 f"{METADATA_CONFIG} metadata"
             )
-        self.config = config_object(meta[METADATA_CONFIG], model_path)
+        self.config = config_object(meta[key], model_path)
         check_format(self.config, STREAMING_DECODER, model_path)
-        self.litert = LiteRTModel(
+        self.litert = litert or LiteRTModel(
             data, model, model_path, num_threads, accelerator, cpu_kernels
         )
         self.engine = self.litert.engine
         # One start, or several (e.g. prompt lengths): the first that fits.
         names = legacy.start_names(self.config)
         self._starts = {name: self.litert.runner(name) for name in names}
-        self._step = self.litert.runner(self.config["step"])
+        # One decode, or several batches: the smallest that holds the rows.
+        steps = self.config.get("steps", [self.config["step"]])
+        self._steps = {self._rows(n): self.litert.runner(n) for n in steps}
+        self._step = self._steps[self._rows(self.config["step"])]
         self.state_names = [f"state_{i}" for i in range(self.config["state"])]
         # What a step gives back; the rest of the state passes unchanged.
         self._updated = self.config.get("step_state", self.state_names)
@@ -89,13 +102,14 @@ class StreamingDecoder:
         return {name: out[name] for name in self.state_names}
 
     def step(self, tokens, index, state):
-        """`(logits (B, V), new state, alignment or None)` of one step."""
+        """`(logits (B, V), new state, alignment or None)` of one step (on
+        the decode signature of `B` rows, where the file has several)."""
         feed = {
             "tokens": np.asarray(tokens, "int32"),
             "index": np.asarray(index, "int32"),
             **state,
         }
-        out = self._step(**feed)
+        out = self._steps.get(len(feed["tokens"]), self._step)(**feed)
         new = {**state, **{name: out[name] for name in self._updated}}
         return out["logits"], new, out.get("alignment")
 
@@ -205,12 +219,25 @@ class StreamingDecoder:
             if search.done.all():
                 return
 
+    @property
+    def step_batches(self):
+        """The row counts of the file's decode signatures, smallest first
+        (`-1`: any)."""
+        return sorted(self._steps)
+
+    def _rows(self, name):
+        """The fixed rows of decode signature `name` (`-1`: any)."""
+        spec = self.litert.signatures[name]["inputs"]
+        return int(spec["tokens"]["shape_signature"][0])
+
     def _step_batch(self, rows):
-        """The rows a step runs: the step signature's fixed batch, or
-        `rows` where it has none."""
-        spec = self.litert.signatures[self.config["step"]]["inputs"]
-        fixed = int(spec["tokens"]["shape_signature"][0])
-        return rows if fixed == -1 else fixed
+        """The rows a step runs: the smallest fixed batch of the decode
+        signatures that holds `rows` (else the first's), or `rows` where
+        a signature takes any."""
+        if -1 in self._steps:
+            return rows
+        fitting = [n for n in sorted(self._steps) if n >= rows]
+        return fitting[0] if fitting else self._rows(self.config["step"])
 
     def _fitting(self, inputs):
         """The first start whose inputs are at least as large as

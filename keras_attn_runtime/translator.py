@@ -10,6 +10,7 @@ from keras_attn_runtime import legacy
 from keras_attn_runtime.artifact import (
     METADATA_CONFIG,
     METADATA_SOURCE_VOCABULARY,
+    METADATA_STREAMING,
     METADATA_TARGET_VOCABULARY,
     STREAMING_DECODER,
     TRANSLATOR,
@@ -97,11 +98,13 @@ class LiteRTTranslator:
             self.litert = LiteRTModel(
                 data, model, model_path, num_threads, accelerator, cpu_kernels
             )
+        if self.decoder is None and METADATA_STREAMING in entries:
+            # A one-call file that also streams: one copy of the model.
+            self.decoder = StreamingDecoder(model_path, litert=self.litert)
         self._lock = threading.Lock()
         signatures = self.litert.signatures
-        if config is None or (
-            self.decoder is None and "translate" not in signatures
-        ):
+        one_call = "translate" in signatures
+        if config is None or (self.decoder is None and not one_call):
             raise ValueError(
                 "Expected a LiteRT translator written by keras_attn."
                 "translation.Translator.export_tflite (a 'translate' "
@@ -118,8 +121,8 @@ class LiteRTTranslator:
                 f"keras_attn.config metadata is malformed: "
                 f"{type(err).__name__} {err})"
             ) from None
-        self.dynamic, self.uniforms = False, None
-        if self.decoder is None:
+        self.dynamic, self.uniforms, self.runner = False, None, None
+        if one_call:
             self.runner = self.litert.runner("translate")
             # Files written since 0.3 read the sentence's own length.
             inputs = self.runner.get_input_details()
@@ -222,7 +225,7 @@ class LiteRTTranslator:
             return [], None, words
         feed = {"source": self.source_ids(words)}
         with self._lock:
-            if self.decoder is not None:
+            if self.runner is None:  # a streaming file's search
                 *_, (ids, align) = self._decoded(feed["source"])
                 return self._trimmed(ids, align, words)
             if self.uniforms is not None:
@@ -250,6 +253,9 @@ class LiteRTTranslator:
         that stay (for a beam search, those its beams agree on); the last
         yield is the whole output."""
         config = self.decoder.config
+        # A one-call file reads the sentence's own length; its streaming
+        # signatures, `source_length` tokens, zero-padded.
+        source = np.pad(source, ((0, 0), (0, self.length - source.shape[1])))
         args = ({"source": source}, *(config[k] for k in STREAM_IDS))
         banned = config["banned_ids"]
         if greedy or config["search"] == "greedy":

@@ -246,3 +246,54 @@ def _drop_unread(graph):
         if len(keep) == len(graph.operators):
             return
         graph.operators = keep
+
+
+class _SharedTable:
+    """A tensor's quantization parameters, packed once per distinct
+    value: every tensor holding equal ones points at the first packing."""
+
+    def __init__(self, params, packed, key):
+        self.params, self.packed, self.key = params, packed, key
+
+    def Pack(self, builder):  # noqa: N802 (the flatbuffers object API's name)
+        if self.key not in self.packed:
+            self.packed[self.key] = self.params.Pack(builder)
+        return self.packed[self.key]
+
+
+def _quantization_key(params):
+    """What makes two quantization tables equal, or `None` for one with
+    custom details (never shared)."""
+    if params is None or params.details is not None:
+        return None
+    parts = [params.quantizedDimension]
+    for field in ("scale", "zeroPoint", "min", "max"):
+        value = getattr(params, field)
+        array = None if value is None else np.asarray(value)
+        parts.append(
+            None if array is None else (array.dtype.str, array.tobytes())
+        )
+    return tuple(parts)
+
+
+def share_quantization(data):
+    """LiteRT flatbuffer bytes in which tensors with equal quantization
+    parameters point at one stored table. A file of several signatures
+    over one model (a translator that also streams) then stores each
+    int8 weight's per-channel scales once, not once a signature; the
+    flatbuffer format lets tables be shared, and every reader sees the
+    same values. Returns `data` unchanged when nothing repeats."""
+    _, utils = litert_schema()
+    model = utils.convert_bytearray_to_object(bytearray(data))
+    packed, keys = {}, []
+    for graph in model.subgraphs:
+        for tensor in graph.tensors:
+            key = _quantization_key(tensor.quantization)
+            if key is not None:
+                keys.append(key)
+                tensor.quantization = _SharedTable(
+                    tensor.quantization, packed, key
+                )
+    if len(set(keys)) == len(keys):
+        return data
+    return bytes(utils.convert_object_to_bytearray(model))

@@ -15,6 +15,7 @@ from keras_attn.export.destination import (
 from keras_attn.export.flatbuffer import (
     drop_index_wrapping,
     keep_probability_ranges,
+    share_quantization,
 )
 from keras_attn.export.unroll import has_rnn, litert_ready, with_dynamic_length
 from keras_attn.legacy import exports as legacy_exports
@@ -355,6 +356,25 @@ def _freeze(function):
     return frozen
 
 
+def _convertible(functions, share_weights):
+    """`(module, signatures)` to save for the converter: the functions
+    frozen one by one, or (`share_weights`) as they are, with the
+    variables they read tracked once by the module."""
+    import tensorflow as tf
+
+    module, signatures, variables = tf.Module(), {}, {}
+    for name, function in functions.items():
+        if share_weights:
+            for v in function.get_concrete_function().variables:
+                variables[id(v)] = v
+            signatures[name] = function
+        else:
+            signatures[name] = _freeze(function)
+        setattr(module, name, signatures[name])
+    module.shared_weights = list(variables.values())
+    return module, signatures
+
+
 def check_signature_quantize(quantize):
     """The quantizations `export_signatures_tflite` offers."""
     if quantize not in ("none", "float16", "dynamic"):
@@ -373,6 +393,7 @@ def export_signatures_tflite(
     protect=(),
     metadata=None,
     quantize="none",
+    share_weights=False,
 ):
     """A LiteRT model with one signature per `tf.function`, builtin ops only.
 
@@ -390,6 +411,11 @@ def export_signatures_tflite(
             (int8 weights, float activations). Full-integer `"int8"` needs
             calibration data and is not offered here. Defaults to
             `"none"`.
+        share_weights: `True`: the signatures read one copy of the
+            variables they share (the converter freezes them once) and
+            of their int8 scales (`flatbuffer.share_quantization`), for
+            a file of several signatures over one model. `False` (the
+            default): each function is frozen on its own.
 
     Variables become constants (no `READ_VARIABLE` ops); the file is
     written atomically.
@@ -398,11 +424,7 @@ def export_signatures_tflite(
 
     check_signature_quantize(quantize)
     target = check_destination(path, "tflite", overwrite, protect)
-    frozen = tf.Module()
-    signatures = {}
-    for name, function in functions.items():
-        signatures[name] = _freeze(function)
-        setattr(frozen, name, signatures[name])
+    frozen, signatures = _convertible(functions, share_weights)
     with scratch_dir() as tmp:
         # Gradients are not needed to convert; tracing them fails on the
         # frozen constants of Keras's int8 layers (custom gradients).
@@ -415,6 +437,8 @@ def export_signatures_tflite(
             tmp, signature_keys=list(signatures)
         )
         data = _convert(converter, quantize, None)
+    if share_weights:
+        data = share_quantization(data)
     if metadata:
         data = with_metadata(data, metadata)
     with staged(target) as (tmp_path,):

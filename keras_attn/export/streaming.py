@@ -144,6 +144,63 @@ def _step_function(step_fn, state_specs, structure, batch=None):
     return step, updated
 
 
+def _reads_index(step):
+    """Whether a traced step's outputs depend on its `index` input (a
+    step that does not can decode rows that are at different steps in
+    one call: iteration-level batching)."""
+    graph = step.get_concrete_function().graph
+    index = graph.inputs[1]
+    return any(
+        t.name == index.name for op in graph.get_operations() for t in op.inputs
+    )
+
+
+def _step_names(step_batch):
+    """`{signature name: rows}` of the decode signatures: `decode` for
+    one batch (or `None`: the starts'), and `decode_<rows>` for each
+    further batch of a list."""
+    if step_batch is None or isinstance(step_batch, int):
+        return {STEP: step_batch}
+    sizes = list(step_batch)
+    if not sizes or not all(isinstance(n, int) and n > 0 for n in sizes):
+        raise ValueError(
+            "Expected step_batch to be a positive integer or a list of "
+            f"them. Received: step_batch={step_batch!r}"
+        )
+    return {STEP if i == 0 else f"{STEP}_{n}": n for i, n in enumerate(sizes)}
+
+
+def streaming_functions(
+    decoder, *, start_signature, padding="right", step_batch=None
+):
+    """`(functions, config)`: the `tf.function`s of a streaming file
+    (`{signature name: function}`) and the settings its
+    `keras_attn.config` holds, as `export_streaming_tflite` writes them
+    (its arguments); for a file that holds other signatures too."""
+    start, step_fn = _decoder_pair(decoder)
+    signatures = _start_signatures(start_signature, padding)
+    structure = {}  # the state's nest, from the first trace
+    starts, state_specs = _start_functions(start, signatures, structure)
+    steps, updated = {}, []
+    for name, rows in _step_names(step_batch).items():
+        steps[name], updated = _step_function(
+            step_fn, state_specs, structure, rows
+        )
+    config = {
+        "start": next(iter(starts)),
+        "starts": list(starts),
+        "padding": padding,
+        "step": STEP,
+        "start_inputs": list(next(iter(signatures.values()))),
+        "state": len(state_specs),
+        "step_state": list(updated),
+        "reads_index": _reads_index(steps[STEP]),
+    }
+    if len(steps) > 1:
+        config["steps"] = list(steps)
+    return {**starts, **steps}, config
+
+
 @legacy_exports.streaming_path_first(
     ("overwrite", "quantize", "settings", "metadata", "padding", "step_batch")
 )
@@ -202,9 +259,12 @@ def export_streaming_tflite(
         padding: where the runtime pads an input to a start's length:
             `"right"` (the default) or `"left"` (a prompt's last token
             stays last, for a decoder-only stack).
-        step_batch: the rows `step` runs, if not the starts' batch: a
+        step_batch: the rows `decode` runs, if not the starts' batch: a
             beam search's `B · beam_width` rows from a start of `B` (the
-            encoder runs once a sentence). Defaults to `None`.
+            encoder runs once a sentence). Or a list of row counts: one
+            `decode` signature each (`decode`, then `decode_<rows>`), the
+            runtime running the smallest that holds its rows. Defaults to
+            `None`.
 
     The file's signatures: `"prefill"` (the inputs of `start_signature`
     in, `state_i` out; with several, `"prefill_0"`, `"prefill_1"`, ...)
@@ -213,28 +273,21 @@ def export_streaming_tflite(
     one, `alignment` out; a state part the step leaves unchanged is not an
     output, and the config's `step_state` lists those it does give).
     """
-    start, step_fn = _decoder_pair(decoder)
-    signatures = _start_signatures(start_signature, padding)
-    structure = {}  # the state's nest, from the first trace
-    starts, state_specs = _start_functions(start, signatures, structure)
-    step, updated = _step_function(step_fn, state_specs, structure, step_batch)
-    config = artifact.artifact_config(
-        artifact.STREAMING_DECODER,
-        start=next(iter(starts)),
-        starts=list(starts),
+    functions, config = streaming_functions(
+        decoder,
+        start_signature=start_signature,
         padding=padding,
-        step=STEP,
-        start_inputs=list(next(iter(signatures.values()))),
-        state=len(state_specs),
-        step_state=list(updated),
-        **(settings or {}),
+        step_batch=step_batch,
+    )
+    config = artifact.artifact_config(
+        artifact.STREAMING_DECODER, **config, **(settings or {})
     )
     metadata = {
         **(metadata or {}),
         artifact.METADATA_CONFIG: json.dumps(config).encode(),
     }
     return export_signatures_tflite(
-        {**starts, STEP: step},
+        functions,
         path,
         overwrite=overwrite,
         protect=protect,

@@ -235,6 +235,7 @@ def export_tflite(
     search_method="greedy",
     pad_source=False,
     unroll_first_step=True,
+    stream_batch=None,
 ):
     """LiteRT model whose `translate(source (1, S) int32)` signature
     runs the whole search (a builtin `WHILE`) and returns `ids (1, L)`
@@ -262,6 +263,12 @@ def export_tflite(
     a smaller file, whose int8 weights (`quantize="dynamic"`) then
     serve the first step too.
 
+    `stream_batch`: also write the streaming signatures of
+    `export_streaming_translator` (its `batch_size`: one number of rows,
+    or a list of them), which then read the one copy of the weights the
+    `translate` signature reads: `LiteRTTranslator` translates with
+    `translate` and streams (`stream`) with them. Defaults to `None`.
+
     The vocabularies and the settings the numpy-only runtime
     (`keras_attn_runtime.LiteRTTranslator`) needs travel inside the file
     as metadata.
@@ -282,14 +289,58 @@ def export_tflite(
         translator, sampler, pad_source, unroll_first_step
     )
     metadata = litert_metadata(translator, search_methods.sampler_name(sampler))
+    functions = {"translate": translate}
+    if stream_batch is not None:
+        streaming, config = _streaming(translator, stream_batch)
+        functions.update(streaming)
+        metadata[artifact.METADATA_STREAMING] = json.dumps(config).encode()
     return export_signatures_tflite(
-        {"translate": translate},
+        functions,
         path,
         overwrite=overwrite,
         protect=protect,
         metadata=metadata,
         quantize=quantize,
+        share_weights=stream_batch is not None,
     )
+
+
+def _streaming(translator, batch_size):
+    """`(functions, config)` of `translator`'s streaming signatures with
+    `batch_size` rows (a number, or a list: one decode signature each);
+    `config` holds the search and token settings the runtime decodes
+    with (`keras_attn_runtime.StreamingDecoder`)."""
+    from keras_attn.export.streaming import streaming_functions
+
+    search = search_methods.streaming_search(translator)
+    width = search.get("beam_width", 1)
+    sizes = [batch_size] if isinstance(batch_size, int) else list(batch_size)
+    if not sizes or not all(isinstance(n, int) and n >= width for n in sizes):
+        raise ValueError(
+            f"Expected batch_size to be an integer of at least {width} (the "
+            f"beam width), or a list of them. Received: batch_size="
+            f"{batch_size!r}"
+        )
+    # The encoder runs once a sentence; the step once a beam.
+    spec = tf.TensorSpec(
+        [sizes[0] // width, translator.source_length], tf.int32, "source"
+    )
+    functions, config = streaming_functions(
+        (lambda source: translator.encode(source), translator.step_fn),
+        start_signature={"source": spec},
+        step_batch=batch_size,
+    )
+    settings = {
+        "start_id": translator.start_id,
+        "end_id": translator.end_id,
+        "banned_ids": list(translator.banned),
+        "max_length": translator.max_length,
+        **search,
+    }
+    config = artifact.artifact_config(
+        artifact.STREAMING_DECODER, **config, **settings
+    )
+    return functions, config
 
 
 def _litert_function(translator, sampler, pad_source, unroll_first_step):
@@ -347,39 +398,23 @@ def export_streaming_translator(
         path: the `.tflite` file.
         batch_size: the rows a step decodes: a beam search of width `K`
             decodes `batch_size // K` sentences at a time (its `prefill`
-            encodes that many). Defaults to `4`.
+            encodes that many). Or a list of row counts, one decode
+            signature each (the first sets the `prefill`'s sentences).
+            Defaults to `4`.
         overwrite, protect, quantize: as in `export_streaming_tflite`.
     """
-    from keras_attn.export.streaming import export_streaming_tflite
+    from keras_attn.export import export_signatures_tflite
 
     search = search_methods.streaming_search(translator)
-    width = search.get("beam_width", 1)
-    if not isinstance(batch_size, int) or batch_size < width:
-        raise ValueError(
-            f"Expected batch_size to be an integer of at least {width} (the "
-            f"beam width). Received: batch_size={batch_size!r}"
-        )
+    functions, config = _streaming(translator, batch_size)
     entries = litert_metadata(translator, search["search"])
-    settings = {
-        "translator": json.loads(entries.pop(artifact.METADATA_CONFIG)),
-        "start_id": translator.start_id,
-        "end_id": translator.end_id,
-        "banned_ids": list(translator.banned),
-        "max_length": translator.max_length,
-        **search,
-    }
-    # The encoder runs once a sentence; the step once a beam.
-    spec = tf.TensorSpec(
-        [batch_size // width, translator.source_length], tf.int32, "source"
-    )
-    return export_streaming_tflite(
-        (lambda source: translator.encode(source), translator.step_fn),
+    config["translator"] = json.loads(entries.pop(artifact.METADATA_CONFIG))
+    entries[artifact.METADATA_CONFIG] = json.dumps(config).encode()
+    return export_signatures_tflite(
+        functions,
         path,
-        start_signature={"source": spec},
         overwrite=overwrite,
         protect=protect,
-        quantize=quantize,
-        settings=settings,
         metadata=entries,
-        step_batch=batch_size,
+        quantize=quantize,
     )

@@ -5,6 +5,8 @@ beam search and its greedy search, unknown words copied through the
 attention, long inputs cut), and `stream` yields the same words in parts.
 """
 
+import os
+
 import keras
 import pytest
 
@@ -98,3 +100,39 @@ def test_translate_stream_prints_the_streamed_words(tmp_path, capsys):
         assert keras_attn_cli.main(["translate", "--stream", *flags, "a"]) == 2
         err = capsys.readouterr().err
         assert needle in err and "Traceback" not in err, err
+
+
+@pytest.mark.slow
+def test_a_one_call_file_also_streams_on_one_copy_of_the_weights(tmp_path):
+    from keras_attn.translation import export_streaming_translator, files
+    from keras_attn_runtime import LiteRTTranslator
+
+    translator = tiny_translator(
+        tiny_model(), sampler=samplers.BeamSampler(2, 0.6, 0.2)
+    )
+    one_call = str(tmp_path / "one_call.tflite")
+    translator.export_tflite(one_call, quantize="dynamic", search_method="beam")
+    both = str(tmp_path / "both.tflite")
+    files.export_tflite(
+        translator,
+        both,
+        quantize="dynamic",
+        search_method="beam",
+        stream_batch=[2, 4],
+    )
+    lite, alone = LiteRTTranslator(both), LiteRTTranslator(one_call)
+    assert {"translate", "prefill", "decode", "decode_4"} == set(
+        lite.litert.signatures
+    )
+    assert lite.decoder.step_batches == [2, 4]
+    assert lite.decoder.config["reads_index"] is False  # rows independent
+    for text in TEXTS[:-1]:  # the one-call signature's answers, as before
+        assert lite.translate_ids(text)[0] == alone.translate_ids(text)[0]
+        assert "".join(lite.stream(text)) == alone.translate(text)
+    # One copy of the weights: less than the two files apart.
+    streaming = str(tmp_path / "streaming.tflite")
+    export_streaming_translator(
+        translator, streaming, batch_size=2, quantize="dynamic"
+    )
+    sizes = [os.path.getsize(p) for p in (both, one_call, streaming)]
+    assert sizes[0] < sizes[1] + sizes[2], sizes
