@@ -1,6 +1,7 @@
 """The LiteRT translator written by `keras_attn.translation.Translator`, run
 with LiteRT and NumPy: no Keras, no TensorFlow."""
 
+import contextlib
 import re
 import threading
 
@@ -102,6 +103,7 @@ class LiteRTTranslator:
             # A one-call file that also streams: one copy of the model.
             self.decoder = StreamingDecoder(model_path, litert=self.litert)
         self._lock = threading.Lock()
+        self.batcher = None  # `batch_streams`'s
         signatures = self.litert.signatures
         one_call = "translate" in signatures
         if config is None or (self.decoder is None and not one_call):
@@ -224,10 +226,11 @@ class LiteRTTranslator:
         if not words:
             return [], None, words
         feed = {"source": self.source_ids(words)}
-        with self._lock:
-            if self.runner is None:  # a streaming file's search
+        if self.runner is None:  # a streaming file's search
+            with self._decoding():
                 *_, (ids, align) = self._decoded(feed["source"])
-                return self._trimmed(ids, align, words)
+            return self._trimmed(ids, align, words)
+        with self._lock:
             if self.uniforms is not None:
                 shape = tuple(int(n) for n in self.uniforms)
                 feed["uniforms"] = self.rng.random(shape, dtype="float32")
@@ -256,6 +259,9 @@ class LiteRTTranslator:
         # A one-call file reads the sentence's own length; its streaming
         # signatures, `source_length` tokens, zero-padded.
         source = np.pad(source, ((0, 0), (0, self.length - source.shape[1])))
+        if self.batcher is not None:
+            yield from self.batcher.search({"source": source}, greedy)
+            return
         args = ({"source": source}, *(config[k] for k in STREAM_IDS))
         banned = config["banned_ids"]
         if greedy or config["search"] == "greedy":
@@ -317,7 +323,7 @@ class LiteRTTranslator:
         for piece in pieces:
             words = self.source_words(piece, truncate)
             if words:
-                with self._lock:
+                with self._decoding():
                     source = self.source_ids(words)
                     decoded = self._decoded(source, greedy)
                     for ids, align in decoded:
@@ -330,6 +336,29 @@ class LiteRTTranslator:
         final = " ".join(done).strip()
         if final != sent:
             yield final[len(sent) :]
+
+    def batch_streams(self, max_rows=None):
+        """Decode the streaming signatures of every caller in one loop
+        (`keras_attn_runtime.batching.RowBatcher`, `max_rows` rows at
+        once): `stream`, and `translate` on a file without a one-call
+        signature, then run side by side, each sentence's search
+        advancing one token a call with every other's, with the answer
+        it gets alone. Returns the batcher."""
+        from keras_attn_runtime.batching import RowBatcher
+
+        if self.decoder is None:
+            raise ValueError(
+                "Expected a translator file with streaming signatures to "
+                f"batch streams. Received: {self.litert.model_path!r}, one "
+                "call per sentence"
+            )
+        self.batcher = RowBatcher(self.decoder, max_rows)
+        return self.batcher
+
+    def _decoding(self):
+        """The lock a streaming search holds: none when batched (the
+        batcher's loop alone calls the file)."""
+        return contextlib.nullcontext() if self.batcher else self._lock
 
     def _translate_piece(self, text, truncate):
         return self._text(*self.translate_ids(text, truncate))
