@@ -1,8 +1,11 @@
 """OpenAI's routes on `keras-attn serve`'s app: the rules of
-`keras_attn_cli.openai_api` over the served models (`ServedModel.run`,
-merged with every other protocol's calls) and, for a model that streams,
-its pieces as they are decoded, the decoding stopped when the client
-hangs up."""
+`keras_attn_cli.openai_api` over the served models. A model that streams
+(`ServedModel.generator` has `stream`: a decoder-only model's folder, a
+translator whose LiteRT file has streaming signatures) answers from its
+pieces as they are decoded, streamed or joined, the decoding stopped
+when the client hangs up; a translator's streams share one decode loop
+(iteration-level batching). Others answer through `ServedModel.run`,
+merged with every other protocol's calls."""
 
 import asyncio
 import json
@@ -23,12 +26,12 @@ def add_openai_routes(app, models):
     generative = {
         name: model
         for name, model in models.items()
-        if "@" not in name and rules.is_generative(model.backend.signatures)
+        if "@" not in name and rules.is_generative(model.generator.signatures)
     }
     streams = {
         name
         for name, model in generative.items()
-        if callable(getattr(model.backend, "stream", None))
+        if callable(getattr(model.generator, "stream", None))
     }
     created = int(time.time())
     active = dict.fromkeys(streams, 0)  # streams decoding, a model
@@ -46,10 +49,16 @@ def add_openai_routes(app, models):
             check_text(
                 settings["prompt"].encode("utf-8"), "the prompt", model.limits
             )
-            if settings["stream"] and settings["model"] in streams:
-                events = _token_stream(model, settings, chat, active)
-                return StreamingResponse(events, media_type="text/event-stream")
-            text = await _complete(model, settings["prompt"])
+            if settings["model"] in streams:
+                pieces = _counted_pieces(model, settings, active)
+                if settings["stream"]:
+                    events = rules.stream_events(settings, pieces, chat)
+                    return StreamingResponse(
+                        events, media_type="text/event-stream"
+                    )
+                text = "".join([piece async for piece in pieces])
+            else:
+                text = await _complete(model, settings["prompt"])
         except rules.OpenAIError as err:
             return _refused(err)
         except api.RequestError as err:
@@ -95,10 +104,10 @@ def _refused(err):
     )
 
 
-def _token_stream(model, settings, chat, active):
-    """The events of `model`'s streamed answer, counted in `active`
-    (`{model name: streams decoding}`) until they end (the client read
-    them all, or hung up); one stream past `max_streams` is a 429."""
+def _counted_pieces(model, settings, active):
+    """The pieces of `model`'s answer, counted in `active` (`{model name:
+    answers decoding}`) until they end (all read, or the client hung up);
+    one answer past `max_streams` is a 429."""
     name = settings["model"]
     if active[name] >= model.limits["max_streams"]:
         raise rules.OpenAIError(
@@ -108,14 +117,14 @@ def _token_stream(model, settings, chat, active):
             code="too_many_streams",
         )
     pieces = _pieces(model, settings["prompt"])
-    events = rules.stream_events(settings, pieces, chat)
     active[name] += 1
 
     async def counted():
         try:
-            async for event in events:
-                yield event
+            async for piece in pieces:
+                yield piece
         finally:
+            await pieces.aclose()
             active[name] -= 1
 
     return counted()
@@ -141,21 +150,29 @@ async def _complete(model, prompt):
 
 async def _pieces(model, prompt):
     """The pieces of `model`'s streamed answer to `prompt`, decoded on
-    the model's executor (one model call at a time, as every route's);
+    the model's executor (one model call at a time, as every route's),
+    or, for a generator that decodes every caller in one loop
+    (`concurrent_streams`), on a thread of its own that waits for it;
     closing this iterator (a client that hung up) stops the decoding
     between two tokens."""
     loop = asyncio.get_running_loop()
     queue, stop, done = asyncio.Queue(), threading.Event(), object()
+    generator, finished = model.generator, loop.create_future()
 
     def produce():
         try:
-            for piece in model.backend.stream(prompt, stop):
+            for piece in generator.stream(prompt, stop):
                 loop.call_soon_threadsafe(queue.put_nowait, piece)
         except Exception as err:  # a model failure ends the stream
             loop.call_soon_threadsafe(queue.put_nowait, err)
         loop.call_soon_threadsafe(queue.put_nowait, done)
+        loop.call_soon_threadsafe(finished.set_result, None)
 
-    worker = loop.run_in_executor(model.executor, produce)
+    if getattr(generator, "concurrent_streams", False):
+        threading.Thread(target=produce, daemon=True).start()
+        worker = finished
+    else:
+        worker = loop.run_in_executor(model.executor, produce)
     try:
         while (piece := await queue.get()) is not done:
             if isinstance(piece, Exception):

@@ -31,6 +31,31 @@ def load_backend(path, allow_unsafe=False, accelerator="cpu"):
     )
 
 
+def streaming_companion(path, backend, accelerator="cpu"):
+    """For a translator served from its folder's SavedModel: the folder's
+    LiteRT file (`keras_attn_runtime.artifact.TRANSLATOR_FOLDER`), opened,
+    when it has streaming signatures; OpenAI's routes then decode with it
+    (streamed or not), every stream in one loop. Else `None`."""
+    import os
+
+    from keras_attn_runtime.artifact import TRANSLATOR_FOLDER
+    from keras_attn_runtime.opener import is_saved_model, open_litert
+
+    if "translate" not in backend.signatures or hasattr(backend, "stream"):
+        return None
+    folder = os.path.normpath(path)
+    if (
+        is_saved_model(folder)
+        and os.path.basename(folder) == (TRANSLATOR_FOLDER["saved_model"])
+    ):
+        folder = os.path.dirname(folder)
+    lite = os.path.join(folder, TRANSLATOR_FOLDER["litert"])
+    if not os.path.isfile(lite):
+        return None
+    companion = open_litert(lite, accelerator)
+    return companion if hasattr(companion, "stream") else None
+
+
 class Batcher:
     """Runs a signature on merged requests: a request waits at most
     `wait_s` for others, and a call holds at most `max_rows` examples
@@ -126,9 +151,14 @@ def served_model_class():
     class ServedModel(kserve.Model):
         """One model behind TensorFlow Serving's predict API."""
 
-        def __init__(self, name, backend, limits, batching, version=1):
+        def __init__(
+            self, name, backend, limits, batching, version=1, generator=None
+        ):
             super().__init__(name)
             self.backend, self.limits = backend, limits
+            # What OpenAI's routes decode with: the backend, or a file of
+            # the same model that streams (`streaming_companion`).
+            self.generator = generator or backend
             # The name clients use and the version: KServe registers the
             # latest version as `name`, the others as `name@version`.
             self.public_name, self.version = name.split("@")[0], version
@@ -235,7 +265,10 @@ def load_models(artifacts, limits, batching, log, allow_unsafe, accelerator):
             key = name if version == latest else f"{name}@{version}"
             start = time.perf_counter()
             backend = load_backend(path, allow_unsafe, accelerator)
-            models[key] = ServedModel(key, backend, limits, batching, version)
+            generator = streaming_companion(path, backend, accelerator)
+            models[key] = ServedModel(
+                key, backend, limits, batching, version, generator
+            )
             took = time.perf_counter() - start
             log(f"loaded {name} version {version} from {path} in {took:.1f} s")
     return models

@@ -133,14 +133,29 @@ class TextClassifierArtifact:
 
 class TranslatorArtifact:
     """A LiteRT translator: `text` in, `translation` out, under TensorFlow
-    Serving's default key and `translate`."""
+    Serving's default key and `translate`. A file with streaming
+    signatures also has `stream(text, stop)`: its pieces as they are
+    decoded, every caller's sentence in one decode loop
+    (`LiteRTTranslator.batch_streams`; `concurrent_streams` is then
+    true)."""
 
     kind = "litert"
+    concurrent_streams = False
 
     def __init__(self, path, translator):
         self.path, self.translator = path, translator
         io = Signature(TEXT, {"translation": ("string", [None])})
         self.signatures = {DEFAULT_SIGNATURE: io, "translate": io}
+        decoder = translator.decoder
+        if decoder is not None and decoder.config.get("reads_index") is False:
+            translator.batch_streams()
+            self.stream, self.concurrent_streams = self._stream, True
+
+    def _stream(self, text, stop=None):
+        """The pieces of `text`'s translation, until `stop` (a
+        `threading.Event`) is set: the sentence then leaves the loop at
+        its next step."""
+        return self.translator.stream(text, stop=stop)
 
     def run(self, signature, inputs):
         out = [self.translator.translate(t) for t in _texts(inputs)]

@@ -304,14 +304,17 @@ class LiteRTTranslator:
         joined = " ".join(self._translate_piece(p, truncate) for p in parts)
         return joined.strip()
 
-    def stream(self, text, truncate=False, greedy=False):
+    def stream(self, text, truncate=False, greedy=False, stop=None):
         """Yield the translation of `text` in parts as a streaming file
         decodes it (each word once its search will not change it): joined,
-        they are `translate(text)`. `greedy=True` runs greedy search
-        instead of the file's beam search: a word a step."""
+        they are the streaming signatures' translation (`translate(text)`
+        for a file without a one-call signature). `greedy=True` runs
+        greedy search instead of the file's beam search: a word a step.
+        `stop`: a `threading.Event`; once set, the decoding ends at its
+        next step."""
         if self.decoder is None:
             raise ValueError(
-                "Expected a streaming translator file (keras_attn.export."
+                "Expected a streaming translator file (keras_attn.translation."
                 "export_streaming_translator) to stream. Received: "
                 f"{self.litert.model_path!r}, one call per sentence"
             )
@@ -327,6 +330,9 @@ class LiteRTTranslator:
                     source = self.source_ids(words)
                     decoded = self._decoded(source, greedy)
                     for ids, align in decoded:
+                        if stop is not None and stop.is_set():
+                            decoded.close()
+                            return
                         now = self._text(*self._trimmed(ids, align, words))
                         so_far = " ".join([*done, now]).strip()
                         if so_far.startswith(sent) and len(so_far) > len(sent):

@@ -1,7 +1,10 @@
 """OpenAI's routes on an app of their own, over a stand-in model whose
 stream waits for the test: streams past `max_streams` get a 429 with
 `Retry-After`, a stream that ends frees its place, and a client that
-hangs up stops the decoding."""
+hangs up stops the decoding. Then over a translator's LiteRT file with
+streaming signatures, through the `openai` client: side-by-side streams
+decoded in one loop join to the unstreamed answers, which are the file's
+alone."""
 
 import asyncio
 import concurrent.futures
@@ -42,8 +45,9 @@ class Gated:
 
 
 class Model:
-    def __init__(self, limits):
-        self.backend, self.limits = Gated(), limits
+    def __init__(self, limits, backend=None):
+        self.backend, self.limits = backend or Gated(), limits
+        self.generator = self.backend
         self.executor = concurrent.futures.ThreadPoolExecutor(4)
 
 
@@ -61,8 +65,8 @@ def serving():
 
     servers = []
 
-    def serve(limits):
-        app, model = FastAPI(), Model(limits)
+    def serve(limits, backend=None):
+        app, model = FastAPI(), Model(limits, backend)
         assert add_openai_routes(app, {"lm": model}) == ["lm"]
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -134,3 +138,52 @@ def test_a_client_that_hangs_up_stops_the_decoding(serving):
         raise AssertionError("the decoding went on after the hang-up")
 
     asyncio.run(run())
+
+
+TEXTS = ["a b c", "d .", "c c a b", "a", "a zz b", "b d c"]
+
+
+@pytest.mark.slow
+def test_a_translators_streams_share_one_loop_and_join_to_its_answers(
+    serving, tmp_path
+):
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("tensorflow")
+    from keras_attn.seq2seq import samplers
+    from keras_attn.translation import files
+    from keras_attn_runtime import LiteRTTranslator
+    from keras_attn_runtime.opener import open_litert
+    from tests.runtime.test_batching import slowed
+    from tests.translation.test_translator import tiny_model, tiny_translator
+
+    translator = tiny_translator(
+        tiny_model(), sampler=samplers.BeamSampler(2, 0.6, 0.2)
+    )
+    path = str(tmp_path / "model.tflite")
+    files.export_tflite(
+        translator, path, search_method="beam", stream_batch=[2, 4, 8]
+    )
+    alone = LiteRTTranslator(path)
+    want = ["".join(alone.stream(t)) for t in TEXTS]
+    assert len(set(want)) > 3, want
+    artifact = open_litert(path)
+    assert artifact.concurrent_streams
+    slowed(artifact.translator.decoder, 0.05)  # the requests overlap
+    base, _ = serving({**LIMITS, "max_streams": len(TEXTS)}, artifact)
+    client = openai.OpenAI(base_url=f"{base}/openai/v1", api_key="-")
+
+    def streamed(text):
+        chunks = client.completions.create(model="lm", prompt=text, stream=True)
+        return "".join(c.choices[0].text for c in chunks)
+
+    with concurrent.futures.ThreadPoolExecutor(len(TEXTS)) as pool:
+        got = list(pool.map(streamed, TEXTS))
+    assert got == want
+    whole = [
+        client.completions.create(model="lm", prompt=t).choices[0].text
+        for t in TEXTS
+    ]
+    assert whole == want
+    batcher = artifact.translator.batcher
+    assert batcher.rows_decoded / batcher.steps > 2  # sentences shared calls
+    assert batcher.in_flight == 0
