@@ -2,6 +2,7 @@
 (`keras_attn.translation.export_streaming_translator`) prints each sentence's
 words as its search settles them, with NumPy and LiteRT only."""
 
+import json
 import os
 
 from keras_attn_cli.finding import (
@@ -18,31 +19,68 @@ from keras_attn_runtime.artifact import TRANSLATOR_FOLDER
 
 # The streaming file's name in a translator folder.
 STREAMING_FILE = TRANSLATOR_FOLDER["streaming"]
+LITERT_FILE = TRANSLATOR_FOLDER["litert"]
+
+
+def streams(path):
+    """Whether the LiteRT file at `path` has streaming signatures: a
+    streaming file, or a one-call file that also streams."""
+    from keras_attn_runtime.artifact import (
+        METADATA_CONFIG,
+        METADATA_STREAMING,
+        STREAMING_DECODER,
+        format_of,
+        load_verified,
+        metadata,
+    )
+
+    try:
+        entries = metadata(load_verified(path)[1])
+    except ValueError:
+        return False
+    if METADATA_STREAMING in entries:
+        return True
+    config = entries.get(METADATA_CONFIG, b"{}")
+    try:
+        return format_of(json.loads(config)) == STREAMING_DECODER
+    except (ValueError, AttributeError):
+        return False
+
+
+def _streaming_file(folder):
+    """The folder's `streaming.tflite`, else its `model.tflite` if that
+    streams, else `None`."""
+    path = os.path.join(folder, STREAMING_FILE)
+    if os.path.isfile(path):
+        return path
+    path = os.path.join(folder, LITERT_FILE)
+    return path if os.path.isfile(path) and streams(path) else None
 
 
 def streaming_translator(args):
     """The streaming file `--model` names (the file, or a folder holding
-    `streaming.tflite`), else the first translator folder under the
-    models folder that holds one."""
+    `streaming.tflite` or a `model.tflite` that streams), else the first
+    translator folder under the models folder that holds one."""
     if args.model:
         path = named_path(args.model, models_dir(args))
         if os.path.isdir(path):
-            path = os.path.join(path, STREAMING_FILE)
+            path = _streaming_file(path) or os.path.join(path, STREAMING_FILE)
         if os.path.isfile(path):
             return path
         raise ValueError(
             "Expected a streaming LiteRT translator (a .tflite file, or a "
-            f"folder holding {STREAMING_FILE}) with --stream. Received: "
-            f"--model={args.model!r}"
+            f"folder holding {STREAMING_FILE} or a {LITERT_FILE} that "
+            f"streams) with --stream. Received: --model={args.model!r}"
         )
     for folder in model_folders(args):
-        path = os.path.join(folder, STREAMING_FILE)
-        if os.path.isfile(path):
+        path = _streaming_file(folder)
+        if path is not None:
             return path
     raise ValueError(
-        f"No streaming translator ({STREAMING_FILE}) under the models "
-        "folder: write one with keras_attn.translation."
-        "export_streaming_translator and pass it with --model"
+        f"No streaming translator ({STREAMING_FILE}, or a {LITERT_FILE} "
+        "that streams) under the models folder: write one with "
+        "keras_attn.translation.export_streaming_translator and pass it "
+        "with --model"
     )
 
 

@@ -154,21 +154,21 @@ class RowBatcher:
 
     def _step(self):
         used = sum(r.width for r in self._active)
-        batch = self.decoder._step_batch(used)
+        batch = self.decoder.step_rows(used)
         tokens = np.zeros((batch,), "int32")
         for request in self._active:
             tokens[request.base : request.base + request.width] = request.tokens
         state = {name: value[:batch] for name, value in self._slots.items()}
         logits, new, alignment = self.decoder.step(tokens, 0, state)
         self.steps, self.rows_decoded = self.steps + 1, self.rows_decoded + used
-        for name in self.decoder._updated:
+        for name in self.decoder.updated_state:
             self._slots[name][:batch] = new[name]
         for request in self._active:
             rows = slice(request.base, request.base + request.width)
             align = None if alignment is None else alignment[rows]
             kept = request.advance(logits[rows], align)
             if kept is not None:  # the beams' states, reordered
-                for name in self.decoder._updated:
+                for name in self.decoder.updated_state:
                     block = self._slots[name][rows]
                     self._slots[name][rows] = block[kept]
 
@@ -197,7 +197,7 @@ class _Request:
 
     def __init__(self, decoder, inputs, greedy_search):
         config = decoder.config
-        self.inputs, _ = decoder._padded(inputs)
+        self.inputs, _ = decoder.padded(inputs)
         self.end_id, self.max_length = config["end_id"], config["max_length"]
         self.banned_ids = tuple(config.get("banned_ids", ()))
         beam = config.get("search") == "beam" and not greedy_search

@@ -56,6 +56,8 @@ class StreamingDecoder:
     Attributes:
         config: the settings the exporter stored (`settings` included).
         engine: `"compiled_model"` or `"interpreter"`.
+        state_names: the state's parts, `state_0 ... state_{n-1}`.
+        updated_state: those a step gives back (the others pass through).
     """
 
     def __init__(
@@ -90,13 +92,13 @@ class StreamingDecoder:
         self._step = self._steps[self._rows(self.config["step"])]
         self.state_names = [f"state_{i}" for i in range(self.config["state"])]
         # What a step gives back; the rest of the state passes unchanged.
-        self._updated = self.config.get("step_state", self.state_names)
+        self.updated_state = self.config.get("step_state", self.state_names)
 
     def start(self, **inputs):
         """The state after `start` (e.g. `source=ids`), `{name: array}`:
         the inputs zero-padded to the first start they fit (rows to its
         batch, other axes to its sizes, on the file's `padding` side)."""
-        inputs, _ = self._padded(inputs)
+        inputs, _ = self.padded(inputs)
         name = self._fitting(inputs)
         out = self._starts[name](**inputs)
         return {name: out[name] for name in self.state_names}
@@ -110,7 +112,7 @@ class StreamingDecoder:
             **state,
         }
         out = self._steps.get(len(feed["tokens"]), self._step)(**feed)
-        new = {**state, **{name: out[name] for name in self._updated}}
+        new = {**state, **{name: out[name] for name in self.updated_state}}
         return out["logits"], new, out.get("alignment")
 
     def stream(
@@ -131,9 +133,9 @@ class StreamingDecoder:
         self, inputs, start_id, end_id, max_length, choose=greedy, banned_ids=()
     ):
         """`stream`, yielding `(tokens (B,), alignment (B, S) or None)`."""
-        inputs, rows = self._padded(inputs)
+        inputs, rows = self.padded(inputs)
         state = self.start(**inputs)
-        batch = self._step_batch(rows)
+        batch = self.step_rows(rows)
         # The step's rows: the caller's, then copies of the last.
         spread = np.minimum(np.arange(batch), rows - 1)
         state = {name: value[spread] for name, value in state.items()}
@@ -190,11 +192,11 @@ class StreamingDecoder:
         step of the file: its `emitted`, `aligned`, `settled()` and
         `best()` say where the search stands. `beam` as in
         `beam_search`."""
-        inputs, rows = self._padded(inputs)
+        inputs, rows = self.padded(inputs)
         state = self.start(**inputs)
         search = BeamSearch(rows, end_id, **beam)
         live = rows * search.k
-        size = self._step_batch(live)
+        size = self.step_rows(live)
         if live > size:
             raise ValueError(
                 f"Expected beam_width · rows <= {size} (the file's step "
@@ -212,7 +214,7 @@ class StreamingDecoder:
             kept, tokens = search.advance(logits[:live], alignment)
             order = kept[spread]
             state = {
-                name: value[order] if name in self._updated else value
+                name: value[order] if name in self.updated_state else value
                 for name, value in state.items()
             }
             yield search
@@ -230,7 +232,7 @@ class StreamingDecoder:
         spec = self.litert.signatures[name]["inputs"]
         return int(spec["tokens"]["shape_signature"][0])
 
-    def _step_batch(self, rows):
+    def step_rows(self, rows):
         """The rows a step runs: the smallest fixed batch of the decode
         signatures that holds `rows` (else the first's), or `rows` where
         a signature takes any."""
@@ -260,7 +262,7 @@ class StreamingDecoder:
             f"Received: {shapes}"
         )
 
-    def _padded(self, inputs):
+    def padded(self, inputs):
         """`(inputs, rows)`: the inputs zero-padded to the first start
         they fit (rows up to its fixed batch size, where it has one, and
         its other sizes, on the `padding` side), and the caller's rows."""

@@ -173,6 +173,24 @@ def test_shipped_litert_translator_matches_the_saved_model():
     assert [lite.translate(s) for s in sentences] == want
 
 
+def test_the_shipped_translator_file_streams_on_its_one_call_weights():
+    # One file: the one-call answers above, and streams joined to the
+    # same words; `keras-attn translate --stream` needs no flag.
+    from keras_attn_runtime import LiteRTTranslator
+
+    lite = LiteRTTranslator(os.path.join(TRANSLATOR, "model.tflite"))
+    assert lite.decoder is not None and lite.runner is not None
+    assert lite.decoder.step_batches == [4, 16, 32]
+    sentences = ["I am tired.", "Where is the station?", "Thank you."]
+    for text in sentences:
+        assert "".join(lite.stream(text)) == lite.translate(text)
+    proc = _cli("translate", "--stream", *sentences)
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert "(streaming)" in proc.stdout
+    for text in sentences:
+        assert f"{text}  ->  {lite.translate(text)}" in proc.stdout
+
+
 def _cli(*args):
     import subprocess
     import sys

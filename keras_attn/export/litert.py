@@ -437,10 +437,10 @@ def export_signatures_tflite(
             tmp, signature_keys=list(signatures)
         )
         data = _convert(converter, quantize, None)
-    if share_weights:
-        data = share_quantization(data)
     if metadata:
         data = with_metadata(data, metadata)
+    if share_weights:  # last: a rewrite would store the tables apart again
+        data = share_quantization(data)
     with staged(target) as (tmp_path,):
         with open(tmp_path, "wb") as f:
             f.write(data)

@@ -108,7 +108,7 @@ def test_a_one_call_file_also_streams_on_one_copy_of_the_weights(tmp_path):
     from keras_attn_runtime import LiteRTTranslator
 
     translator = tiny_translator(
-        tiny_model(), sampler=samplers.BeamSampler(2, 0.6, 0.2)
+        tiny_model(units=24), sampler=samplers.BeamSampler(2, 0.6, 0.2)
     )
     one_call = str(tmp_path / "one_call.tflite")
     translator.export_tflite(one_call, quantize="dynamic", search_method="beam")
@@ -129,6 +129,29 @@ def test_a_one_call_file_also_streams_on_one_copy_of_the_weights(tmp_path):
     for text in TEXTS[:-1]:  # the one-call signature's answers, as before
         assert lite.translate_ids(text)[0] == alone.translate_ids(text)[0]
         assert "".join(lite.stream(text)) == alone.translate(text)
+    # `translate --stream` finds it in a translator folder as model.tflite.
+    import shutil
+
+    import keras_attn_cli
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    shutil.copy(both, folder / "model.tflite")
+    args = ["translate", "--stream", "--model", str(folder), "a b c"]
+    assert keras_attn_cli.main(args) == 0
+    # The int8 scales stored once, after the metadata was written too.
+    from keras_attn.export.flatbuffer import read_model, share_quantization
+
+    with open(both, "rb") as f:
+        data = f.read()
+    assert share_quantization(data) == data
+    scaled = [
+        t
+        for graph in read_model(data).subgraphs
+        for t in graph.tensors
+        if t.quantization is not None and t.quantization.scale is not None
+    ]
+    assert len(scaled) > 4  # int8 kernels, read by several signatures
     # One copy of the weights: less than the two files apart.
     streaming = str(tmp_path / "streaming.tflite")
     export_streaming_translator(

@@ -1,0 +1,209 @@
+"""The translator served to streaming clients: iteration-level batching
+against request-level merging, in one run on one server.
+
+`keras-attn serve translation_en_fr` answers TensorFlow Serving's REST
+`:predict` from the SavedModel, requests merged into batches (a request
+waits for the slowest sentence it was merged with), and OpenAI's
+`/openai/v1/completions` with `"stream": true` from the folder's LiteRT
+file, whose streaming signatures decode every stream in one loop: a
+request takes free rows at the next step, its words go out as its beams
+agree on them, and it leaves when it ends.
+
+With 1, 4 and 16 clients, each sending one held-out sentence at a time
+(the same sentences on both paths): sentences/s, words/s, latency p50 and
+p99, and for the streams the time to the first words p50 and p99. Then
+a short sentence sent beside a long one, against the short one alone.
+Every streamed answer, joined, is checked against the unstreamed OpenAI
+answer, and against the same sentence streamed by one client.
+
+    python -m benchmarks.serving_streams [--sentences 96]
+
+Writes `benchmarks/results/serving_streams.json`.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+from benchmarks import results
+from tests.cli.test_serve import post, request, start
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAME = "translation_en_fr"
+SHORT, LONG = (
+    "I am tired.",
+    "When we arrived at the station, the last train had already left and "
+    "we had to walk all the way home in the rain.",
+)
+
+
+def sentences(count):
+    """Held-out English sentences of the translator's split (its
+    validation side), in a fixed order."""
+    sys.path.insert(0, os.path.join(ROOT, "recipes"))
+    import translation
+
+    from keras_attn.translation import read_pairs, references, split_by_source
+
+    with open(
+        os.path.join(ROOT, "saved_models", NAME, "metrics.json"),
+        encoding="utf-8",
+    ) as f:
+        hp = json.load(f)["hyperparameters"]
+    _, val = split_by_source(
+        read_pairs(translation.DEFAULT_PAIRS), hp["val_fraction"], hp["seed"]
+    )
+    return references(val)[0][:count]
+
+
+def streamed(port, text):
+    """`(answer, seconds to the first words, seconds in all)` of one
+    streamed completion."""
+    import http.client
+
+    body = json.dumps({"model": NAME, "prompt": text, "stream": True})
+    begin = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    conn.request(
+        "POST",
+        "/openai/v1/completions",
+        body,
+        {"Content-Type": "application/json"},
+    )
+    reply = conn.getresponse()
+    assert reply.status == 200, reply.read()
+    parts, first = [], None
+    for line in reply:
+        line = line.decode().strip()
+        if not line.startswith("data: {"):
+            continue
+        piece = json.loads(line[6:])["choices"][0]["text"]
+        if piece and first is None:
+            first = time.perf_counter() - begin
+        parts.append(piece)
+    conn.close()
+    took = time.perf_counter() - begin
+    return "".join(parts), first if first is not None else took, took
+
+
+def whole(port, text):
+    """The unstreamed OpenAI answer."""
+    body = json.dumps({"model": NAME, "prompt": text}).encode()
+    status, answer = request(
+        port,
+        "POST",
+        "/openai/v1/completions",
+        body,
+        {"Content-Type": "application/json"},
+    )
+    assert status == 200, answer
+    return answer["choices"][0]["text"]
+
+
+def merged(port, text):
+    begin = time.perf_counter()
+    status, answer = post(port, NAME, {"instances": [text]})
+    assert status == 200, answer
+    took = time.perf_counter() - begin
+    return answer["predictions"][0]["translation"], took, took
+
+
+def load(run, port, batch, clients):
+    """`(seconds, [(answer, first, took)])` of `batch` sent by `clients`
+    at once, one sentence a request."""
+    begin = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        out = list(pool.map(lambda t: run(port, t), batch))
+    return time.perf_counter() - begin, out
+
+
+def row(path, clients, seconds, out):
+    first = np.array([f for _, f, _ in out]) * 1e3
+    took = np.array([t for _, _, t in out]) * 1e3
+    words = sum(len(a.split()) for a, _, _ in out)
+    return {
+        "path": path,
+        "clients": clients,
+        "sentences_per_s": len(out) / seconds,
+        "words_per_s": words / seconds,
+        "p50_ms": float(np.percentile(took, 50)),
+        "p99_ms": float(np.percentile(took, 99)),
+        "first_words_p50_ms": float(np.percentile(first, 50)),
+        "first_words_p99_ms": float(np.percentile(first, 99)),
+    }
+
+
+def short_beside_long(port, run, repeats=5):
+    """Median seconds of the short sentence alone, and sent while the
+    long one is decoding."""
+    alone, beside = [], []
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for _ in range(repeats):
+            alone.append(run(port, SHORT)[2])
+            slow = pool.submit(run, port, LONG)
+            time.sleep(0.005)
+            beside.append(run(port, SHORT)[2])
+            slow.result()
+    return float(np.median(alone)), float(np.median(beside))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sentences", type=int, default=96)
+    parser.add_argument(
+        "--out", default="benchmarks/results/serving_streams.json"
+    )
+    args = parser.parse_args(argv)
+    batch = sentences(args.sentences)
+    proc, port = start(NAME, "--max-streams", "64")
+    rows, checks = [], {}
+    try:
+        load(streamed, port, batch[:8], 4)  # warm up both paths
+        load(merged, port, batch[:8], 4)
+        alone = {}
+        for clients in (1, 4, 16):
+            for path, run in (
+                ("merged :predict", merged),
+                ("streams", streamed),
+            ):
+                seconds, out = load(run, port, batch, clients)
+                rows.append(row(path, clients, seconds, out))
+                print(rows[-1], flush=True)
+                if path == "streams":
+                    answers = [a for a, _, _ in out]
+                    alone = alone or dict(zip(batch, answers, strict=True))
+                    checks[f"streams_{clients}_equal_to_one_client"] = sum(
+                        alone[t] == a
+                        for t, a in zip(batch, answers, strict=True)
+                    )
+        unstreamed = [whole(port, t) for t in batch]
+        checks["streams_joined_equal_to_unstreamed"] = sum(
+            alone[t] == u for t, u in zip(batch, unstreamed, strict=True)
+        )
+        checks["sentences"] = len(batch)
+        for path, run in (("merged :predict", merged), ("streams", streamed)):
+            short, beside = short_beside_long(port, run)
+            checks[f"{path}: short alone ms"] = short * 1e3
+            checks[f"{path}: short beside long ms"] = beside * 1e3
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    print(json.dumps(checks, indent=2))
+    meta = results.meta(
+        "serving_streams",
+        sys.argv[1:] if argv is None else argv,
+        sentences=args.sentences,
+        server=f"keras-attn serve {NAME} --max-streams 64 (batching "
+        "defaults: max batch 32, wait 5 ms)",
+    )
+    results.save(args.out, meta, rows, checks=checks)
+
+
+if __name__ == "__main__":
+    main()
