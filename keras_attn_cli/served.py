@@ -149,19 +149,16 @@ def served_model_class():
     from kserve.errors import InferenceError, InvalidInput
 
     class ServedModel(kserve.Model):
-        """One model behind TensorFlow Serving's predict API."""
+        """One model behind every protocol's routes."""
 
-        def __init__(
-            self, name, backend, limits, batching, version=1, generator=None
-        ):
+        def __init__(self, name, backend, limits, batching, version=1):
             super().__init__(name)
-            self.backend, self.limits = backend, limits
-            # What OpenAI's routes decode with: the backend, or a file of
-            # the same model that streams (`streaming_companion`).
-            self.generator = generator or backend
-            # The name clients use and the version: KServe registers the
-            # latest version as `name`, the others as `name@version`.
+            # `generator`: what OpenAI's routes decode with (the backend,
+            # or its `streaming_companion`). KServe registers the latest
+            # version as `name`, the others as `name@version`.
+            self.backend = self.generator = backend
             self.public_name, self.version = name.split("@")[0], version
+            self.limits = limits
             self.executor = concurrent.futures.ThreadPoolExecutor(1)
             self.batchers = batchers(backend, batching, self.executor)
             self.ready = True
@@ -195,8 +192,7 @@ def served_model_class():
             return api.format_predict(out, form)
 
         async def run(self, key, inputs):
-            """The signature `key` on `inputs`, merged with other
-            requests where it can be."""
+            """Signature `key` on `inputs`, merged where it can be."""
             try:
                 if key in self.batchers:
                     return await self.batchers[key].submit(inputs)
@@ -265,10 +261,9 @@ def load_models(artifacts, limits, batching, log, allow_unsafe, accelerator):
             key = name if version == latest else f"{name}@{version}"
             start = time.perf_counter()
             backend = load_backend(path, allow_unsafe, accelerator)
-            generator = streaming_companion(path, backend, accelerator)
-            models[key] = ServedModel(
-                key, backend, limits, batching, version, generator
-            )
+            models[key] = ServedModel(key, backend, limits, batching, version)
+            companion = streaming_companion(path, backend, accelerator)
+            models[key].generator = companion or backend
             took = time.perf_counter() - start
             log(f"loaded {name} version {version} from {path} in {took:.1f} s")
     return models
