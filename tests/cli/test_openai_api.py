@@ -253,20 +253,20 @@ SENTENCES = ["I am tired.", "We will go to the station tomorrow morning."]
 
 
 def translations(sentences):
-    """What `keras-attn translate` answers (the SavedModel's beam)."""
-    import tensorflow as tf
-
+    """What `keras-attn translate --stream` answers: the beam of the
+    shipped file's streaming signatures, which OpenAI's routes decode
+    with."""
+    from keras_attn_runtime import LiteRTTranslator
     from tests.cli.test_serve import SHIPPED
 
-    loaded = tf.saved_model.load(
-        os.path.join(SHIPPED, "translation_en_fr", "saved_model")
+    lite = LiteRTTranslator(
+        os.path.join(SHIPPED, "translation_en_fr", "model.tflite")
     )
-    out = loaded.signatures["translate"](tf.constant(sentences))["translation"]
-    return [t.decode() for t in out.numpy()]
+    return ["".join(lite.stream(s)) for s in sentences]
 
 
 @pytest.mark.slow
-def test_completions_answer_as_keras_attn_translate(client):
+def test_completions_answer_as_keras_attn_translate_stream(client):
     want = translations(SENTENCES)
     assert [m.id for m in client.models.list().data] == ["translation_en_fr"]
     for sentence, french in zip(SENTENCES, want, strict=True):
