@@ -73,12 +73,13 @@ class RowBatcher:
         self._thread = None
 
     def search(self, inputs, greedy_search=False):
-        """Yield `(ids, alignment (n, S) or None)` after each step of the
-        request: the tokens settled so far (for a beam search, those its
-        beams agree on); the last yield is its answer, as the file's
-        search gives it alone. `inputs`: the `prefill` inputs of one
-        sentence (e.g. `{"source": ids (1, S)}`). Closing the generator
-        frees the request's rows at the next step."""
+        """Yield `(ids, alignment (n, S) or None)` as the request's
+        settled tokens grow (a greedy search's every step; a beam
+        search's when its beams agree on more); the last yield is its
+        answer, as the file's search gives it alone. `inputs`: the
+        `prefill` inputs of one sentence (e.g. `{"source": ids (1, S)}`).
+        Closing the generator frees the request's rows at the next
+        step."""
         request = _Request(self.decoder, inputs, greedy_search)
         if request.width > self.max_rows:
             raise ValueError(
@@ -216,7 +217,7 @@ class _Request:
             )
         self.tokens = np.full((self.width,), config["start_id"], "int32")
         self.out, self.base, self.index = queue.Queue(), 0, 0
-        self.ids, self.rows = [], []
+        self.ids, self.rows, self.settled = [], [], 0
         self.finished = self.cancelled = False
 
     def advance(self, logits, alignment):
@@ -236,9 +237,11 @@ class _Request:
             return None
         kept, self.tokens = self.search.advance(logits, alignment)
         n = len(self.search.settled()[0])
-        aligned = self.search.aligned
-        aligned = None if aligned is None else aligned[0, :n]
-        self.out.put((self.search.emitted[0, :n].tolist(), aligned))
+        if n > self.settled:  # handed over when the beams agree on more
+            self.settled = n
+            aligned = self.search.aligned
+            aligned = None if aligned is None else aligned[0, :n]
+            self.out.put((self.search.emitted[0, :n].tolist(), aligned))
         if self.search.done.all() or last:
             ids, _, align = self.search.best()
             self.out.put((ids[0].tolist(), None if align is None else align[0]))

@@ -328,11 +328,14 @@ class LiteRTTranslator:
             if words:
                 with self._decoding():
                     source = self.source_ids(words)
-                    decoded = self._decoded(source, greedy)
+                    decoded, seen = self._decoded(source, greedy), None
                     for ids, align in decoded:
                         if stop is not None and stop.is_set():
                             decoded.close()
                             return
+                        if ids == seen:  # nothing new settled this step
+                            continue
+                        seen = ids
                         now = self._text(*self._trimmed(ids, align, words))
                         so_far = " ".join([*done, now]).strip()
                         if so_far.startswith(sent) and len(so_far) > len(sent):
