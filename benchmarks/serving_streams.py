@@ -153,6 +153,57 @@ def short_beside_long(port, run, repeats=5):
     return float(np.median(alone)), float(np.median(beside))
 
 
+def step_ms(kernels, rows=(4, 16, 32), repeats=20):
+    """Milliseconds of one `decode` call of the shipped file at each row
+    count, on LiteRT's `kernels` (one thread)."""
+    from keras_attn_runtime import LiteRTTranslator
+
+    lite = LiteRTTranslator(
+        os.path.join(ROOT, "saved_models", NAME, "model.tflite"),
+        cpu_kernels=kernels,
+    )
+    source = np.zeros((1, lite.length), "int32")
+    source[0, :8] = np.arange(2, 10)
+    state = lite.decoder.start(source=source)
+    out = {}
+    for n in rows:
+        rows_state = {k: np.repeat(v[:1], n, 0) for k, v in state.items()}
+        tokens = np.full((n,), 2, "int32")
+        for _ in range(3):
+            lite.decoder.step(tokens, 0, rows_state)
+        begin = time.perf_counter()
+        for _ in range(repeats):
+            lite.decoder.step(tokens, 0, rows_state)
+        out[f"decode_{n}_rows_ms_{kernels}"] = (
+            (time.perf_counter() - begin) / repeats * 1e3
+        )
+    return out
+
+
+def in_process(batch, kernels, clients=16):
+    """The decode loop without the server: sentences/s of `batch` streamed
+    by `clients` threads at once on LiteRT's `kernels`, and how many
+    equal the same file's answers one at a time."""
+    from keras_attn_runtime import LiteRTTranslator
+
+    path = os.path.join(ROOT, "saved_models", NAME, "model.tflite")
+    alone = LiteRTTranslator(path, cpu_kernels=kernels)
+    want = ["".join(alone.stream(t)) for t in batch]
+    lite = LiteRTTranslator(path, cpu_kernels=kernels)
+    lite.batch_streams()
+    begin = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        got = list(pool.map(lambda t: "".join(lite.stream(t)), batch))
+    seconds = time.perf_counter() - begin
+    return {
+        f"loop_{clients}_threads_sentences_per_s_{kernels}": len(batch)
+        / seconds,
+        f"loop_equal_to_alone_{kernels}": sum(
+            a == b for a, b in zip(got, want, strict=True)
+        ),
+    }
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--sentences", type=int, default=96)
@@ -194,6 +245,9 @@ def main(argv=None):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+    for kernels in ("builtin", "xnnpack"):  # what a faster step buys
+        checks.update(step_ms(kernels))
+        checks.update(in_process(batch, kernels))
     print(json.dumps(checks, indent=2))
     meta = results.meta(
         "serving_streams",

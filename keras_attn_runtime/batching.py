@@ -252,3 +252,54 @@ class _Request:
         if done:
             self.finished = True
             self.out.put(_END)
+
+
+class Loops:
+    """Several decode loops over copies of one streaming file, each run
+    by the `Interpreter` (whose calls let other threads run: one loop a
+    core), a request going to the loop with the fewest in flight. The
+    numbers are `CompiledModel`'s builtin kernels'.
+
+    Args:
+        model_path: the streaming file (or a one-call file that also
+            streams).
+        loops: how many. Defaults to `1`.
+        max_rows: each loop's (see `RowBatcher`).
+
+    Attributes:
+        batchers: the loops' `RowBatcher`s.
+    """
+
+    def __init__(self, model_path, loops=1, max_rows=None):
+        from keras_attn_runtime.artifact import load_verified
+        from keras_attn_runtime.engine import LiteRTModel
+        from keras_attn_runtime.streaming import StreamingDecoder
+
+        if isinstance(loops, bool) or not isinstance(loops, int) or loops < 1:
+            raise ValueError(
+                f"Expected loops to be a positive integer. Received: "
+                f"loops={loops!r}"
+            )
+        self.batchers = []
+        for _ in range(loops):
+            data, model = load_verified(model_path)
+            litert = LiteRTModel(data, model, model_path, interpreter=True)
+            decoder = StreamingDecoder(model_path, litert=litert)
+            self.batchers.append(RowBatcher(decoder, max_rows))
+
+    def search(self, inputs, greedy_search=False):
+        """`RowBatcher.search` on the loop with the fewest requests."""
+        batcher = min(self.batchers, key=lambda b: b.in_flight)
+        return batcher.search(inputs, greedy_search)
+
+    @property
+    def in_flight(self):
+        return sum(b.in_flight for b in self.batchers)
+
+    @property
+    def steps(self):
+        return sum(b.steps for b in self.batchers)
+
+    @property
+    def rows_decoded(self):
+        return sum(b.rows_decoded for b in self.batchers)

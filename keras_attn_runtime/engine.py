@@ -137,10 +137,17 @@ class LiteRTModel:
             `"xnnpack"`, faster (1.6x on the shipped translator) but, on
             dynamic-range int8 files, not the same from one process or call
             to the next (docs/edge.md, "Threads and determinism").
+        interpreter: run the file under the `Interpreter` even where
+            `CompiledModel` can (the CPU only): its calls let other Python
+            threads run meanwhile, so that several copies of a file work
+            on several cores (`keras_attn_runtime.batching`); the same
+            numbers as `CompiledModel`'s builtin kernels. Defaults to
+            `False`.
 
     Attributes:
         engine: `"compiled_model"`, or `"interpreter"` for a file that
-            `CompiledModel` cannot run (`interpreter_reason` says why).
+            `CompiledModel` cannot run (`interpreter_reason` says why) or
+            when asked.
         fully_accelerated: `CompiledModel.is_fully_accelerated()`: every
             op on the accelerator (always `True` on the CPU, `False`
             under the Interpreter).
@@ -155,10 +162,16 @@ class LiteRTModel:
         num_threads=1,
         accelerator="cpu",
         cpu_kernels="builtin",
+        interpreter=False,
     ):
         check_accelerator(accelerator)
         check_num_threads(num_threads)
         check_cpu_kernels(cpu_kernels)
+        if interpreter and accelerator != "cpu":
+            raise ValueError(
+                "The Interpreter runs on the CPU only. Received: "
+                f"interpreter=True and accelerator={accelerator!r}"
+            )
         self.model_path = model_path
         self.accelerator = accelerator
         self.num_threads = num_threads
@@ -172,7 +185,7 @@ class LiteRTModel:
                 f"{self.interpreter_reason}. Export it again with this "
                 "keras_attn, or run it with accelerator='cpu'."
             )
-        if self.interpreter_reason is None:
+        if self.interpreter_reason is None and not interpreter:
             self.engine = "compiled_model"
             self._compiled = _compile(
                 data, model_path, num_threads, accelerator, cpu_kernels

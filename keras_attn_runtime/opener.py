@@ -135,7 +135,7 @@ class TranslatorArtifact:
     """A LiteRT translator: `text` in, `translation` out, under TensorFlow
     Serving's default key and `translate`. A file with streaming
     signatures also has `stream(text, stop)`: its pieces as they are
-    decoded, every caller's sentence in one decode loop
+    decoded, every caller's sentence in shared decode loops, one a core
     (`LiteRTTranslator.batch_streams`; `concurrent_streams` is then
     true)."""
 
@@ -148,7 +148,7 @@ class TranslatorArtifact:
         self.signatures = {DEFAULT_SIGNATURE: io, "translate": io}
         decoder = translator.decoder
         if decoder is not None and decoder.config.get("reads_index") is False:
-            translator.batch_streams()
+            translator.batch_streams(loops=os.cpu_count() or 1)
             self.stream, self.concurrent_streams = self._stream, True
 
     def _stream(self, text, stop=None):

@@ -346,14 +346,14 @@ class LiteRTTranslator:
         if final != sent:
             yield final[len(sent) :]
 
-    def batch_streams(self, max_rows=None):
-        """Decode the streaming signatures of every caller in one loop
-        (`keras_attn_runtime.batching.RowBatcher`, `max_rows` rows at
-        once): `stream`, and `translate` on a file without a one-call
-        signature, then run side by side, each sentence's search
-        advancing one token a call with every other's, with the answer
-        it gets alone. Returns the batcher."""
-        from keras_attn_runtime.batching import RowBatcher
+    def batch_streams(self, max_rows=None, loops=1):
+        """Decode the streaming signatures of every caller in shared loops
+        (`keras_attn_runtime.batching.Loops`: `loops` of them, one a core,
+        each `max_rows` rows at once): `stream`, and `translate` on a
+        file without a one-call signature, then run side by side, each
+        sentence's search advancing one token a call with the others in
+        its loop, with the answer it gets alone. Returns the loops."""
+        from keras_attn_runtime.batching import Loops
 
         if self.decoder is None:
             raise ValueError(
@@ -361,7 +361,7 @@ class LiteRTTranslator:
                 f"batch streams. Received: {self.litert.model_path!r}, one "
                 "call per sentence"
             )
-        self.batcher = RowBatcher(self.decoder, max_rows)
+        self.batcher = Loops(self.litert.model_path, loops, max_rows)
         return self.batcher
 
     def _decoding(self):

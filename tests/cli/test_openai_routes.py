@@ -153,7 +153,7 @@ def test_a_translators_streams_share_one_loop_and_join_to_its_answers(
     from keras_attn.translation import files
     from keras_attn_runtime import LiteRTTranslator
     from keras_attn_runtime.opener import open_litert
-    from tests.runtime.test_batching import slowed
+    from tests.runtime.test_batching import drained, slowed
     from tests.translation.test_translator import tiny_model, tiny_translator
 
     translator = tiny_translator(
@@ -168,7 +168,8 @@ def test_a_translators_streams_share_one_loop_and_join_to_its_answers(
     assert len(set(want)) > 3, want
     artifact = open_litert(path)
     assert artifact.concurrent_streams
-    slowed(artifact.translator.decoder, 0.05)  # the requests overlap
+    for loop in artifact.translator.batcher.batchers:
+        slowed(loop.decoder, 0.05)  # the requests overlap
     base, _ = serving({**LIMITS, "max_streams": len(TEXTS)}, artifact)
     client = openai.OpenAI(base_url=f"{base}/openai/v1", api_key="-")
 
@@ -186,4 +187,4 @@ def test_a_translators_streams_share_one_loop_and_join_to_its_answers(
     assert whole == want
     batcher = artifact.translator.batcher
     assert batcher.rows_decoded / batcher.steps > 2  # sentences shared calls
-    assert batcher.in_flight == 0
+    assert drained(batcher)

@@ -1,8 +1,8 @@
-"""Iteration-level batching (`keras_attn_runtime.batching.RowBatcher`):
-sentences decoded side by side in one loop, each advancing a token a
-call, get the answers they get alone, in fewer calls than alone; a caller
-that stops reading frees its rows; a file whose step reads its index is
-refused."""
+"""Iteration-level batching (`keras_attn_runtime.batching`): sentences
+decoded side by side in shared loops (one or two), each advancing a token
+a call, get the answers they get alone, in fewer calls than alone; a
+caller that stops reading frees its rows; a file whose step reads its
+index is refused."""
 
 import threading
 
@@ -49,6 +49,17 @@ def slowed(decoder, seconds):
     decoder.step = slow_step
 
 
+def drained(batcher, seconds=5):
+    """Whether `batcher` holds no request within `seconds` (a request
+    leaves its loop just after handing over its last tokens)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while batcher.in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return batcher.in_flight == 0
+
+
 def _side_by_side(run, texts):
     """`run(text)` for every text on its own thread, all started at once."""
     out, barrier = [None] * len(texts), threading.Barrier(len(texts))
@@ -68,24 +79,30 @@ def _side_by_side(run, texts):
 
 
 @pytest.mark.parametrize(
-    "greedy", [False, pytest.param(True, marks=pytest.mark.slow)]
+    "greedy, loops",
+    [(False, 2), pytest.param(True, 1, marks=pytest.mark.slow)],
 )
-def test_side_by_side_answers_are_the_answers_alone(streaming_file, greedy):
+def test_side_by_side_answers_are_the_answers_alone(
+    streaming_file, greedy, loops
+):
     from keras_attn_runtime import LiteRTTranslator
 
     alone = LiteRTTranslator(streaming_file)
     want = ["".join(alone.stream(t, greedy=greedy)) for t in TEXTS]
     assert len(set(want)) > 3, want  # the sentences translate differently
     lite = LiteRTTranslator(streaming_file)
-    batcher = lite.batch_streams()
-    slowed(lite.decoder, 0.02)
+    batcher = lite.batch_streams(loops=loops)
+    for loop in batcher.batchers:
+        assert loop.decoder.engine == "interpreter"  # lets threads run
+        slowed(loop.decoder, 0.02)
     got = _side_by_side(lambda t: "".join(lite.stream(t, greedy=greedy)), TEXTS)
     assert got == want
     # Rows of several sentences shared calls: fewer calls than sentence
     # steps, and more than one sentence's rows in a call on average.
     width = 1 if greedy else 2
     assert batcher.rows_decoded / batcher.steps > width
-    assert batcher.in_flight == 0
+    assert all(loop.steps for loop in batcher.batchers)  # every loop ran
+    assert drained(batcher)
 
 
 def test_a_caller_that_stops_reading_frees_its_rows(streaming_file):
@@ -103,7 +120,7 @@ def test_a_caller_that_stops_reading_frees_its_rows(streaming_file):
     alone = LiteRTTranslator(streaming_file)
     *_, (want, _) = alone._decoded(source)
     assert ids == want
-    assert batcher.in_flight == 0
+    assert drained(batcher)
 
 
 def test_a_file_whose_step_reads_its_index_is_refused(tmp_path):
