@@ -265,12 +265,16 @@ class Loops:
             streams).
         loops: how many. Defaults to `1`.
         max_rows: each loop's (see `RowBatcher`).
+        cpu_kernels: as `LiteRTModel` takes them. Defaults to
+            `"builtin"`.
 
     Attributes:
         batchers: the loops' `RowBatcher`s.
     """
 
-    def __init__(self, model_path, loops=1, max_rows=None):
+    def __init__(
+        self, model_path, loops=1, max_rows=None, cpu_kernels="builtin"
+    ):
         from keras_attn_runtime.artifact import load_verified
         from keras_attn_runtime.engine import LiteRTModel
         from keras_attn_runtime.streaming import StreamingDecoder
@@ -283,7 +287,13 @@ class Loops:
         self.batchers = []
         for _ in range(loops):
             data, model = load_verified(model_path)
-            litert = LiteRTModel(data, model, model_path, interpreter=True)
+            litert = LiteRTModel(
+                data,
+                model,
+                model_path,
+                cpu_kernels=cpu_kernels,
+                interpreter=True,
+            )
             decoder = StreamingDecoder(model_path, litert=litert)
             self.batchers.append(RowBatcher(decoder, max_rows))
 

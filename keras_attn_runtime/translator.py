@@ -361,7 +361,9 @@ class LiteRTTranslator:
                 f"batch streams. Received: {self.litert.model_path!r}, one "
                 "call per sentence"
             )
-        self.batcher = Loops(self.litert.model_path, loops, max_rows)
+        self.batcher = Loops(
+            self.litert.model_path, loops, max_rows, self.litert.cpu_kernels
+        )
         return self.batcher
 
     def _decoding(self):
