@@ -51,6 +51,10 @@ HEADERS = {
     "compiled_model_ms": "CompiledModel ms",
     "interpreter_ms": "Interpreter ms",
     "outputs_equal": "outputs equal",
+    "sentences_per_s": "sentences/s",
+    "words_per_s": "words/s",
+    "first_words_p50_ms": "first words p50 ms",
+    "first_words_p99_ms": "first words p99 ms",
 }
 
 
