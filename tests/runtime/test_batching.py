@@ -78,10 +78,8 @@ def _side_by_side(run, texts):
     return out
 
 
-@pytest.mark.parametrize(
-    "greedy, loops",
-    [(False, 2), pytest.param(True, 1, marks=pytest.mark.slow)],
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("greedy, loops", [(False, 2), (True, 1)])
 def test_side_by_side_answers_are_the_answers_alone(
     streaming_file, greedy, loops
 ):
