@@ -131,13 +131,18 @@ class TextClassifierArtifact:
         return self.classifier.predict(texts)
 
 
+# Decode loops a served translator runs at most (one a core, each with
+# its own copy of the file in memory).
+MAX_LOOPS = 4
+
+
 class TranslatorArtifact:
     """A LiteRT translator: `text` in, `translation` out, under TensorFlow
     Serving's default key and `translate`. A file with streaming
     signatures also has `stream(text, stop)`: its pieces as they are
     decoded, every caller's sentence in shared decode loops, one a core
-    (`LiteRTTranslator.batch_streams`; `concurrent_streams` is then
-    true)."""
+    up to `MAX_LOOPS` (`LiteRTTranslator.batch_streams`;
+    `concurrent_streams` is then true)."""
 
     kind = "litert"
     concurrent_streams = False
@@ -148,7 +153,7 @@ class TranslatorArtifact:
         self.signatures = {DEFAULT_SIGNATURE: io, "translate": io}
         decoder = translator.decoder
         if decoder is not None and decoder.config.get("reads_index") is False:
-            translator.batch_streams(loops=os.cpu_count() or 1)
+            translator.batch_streams(loops=min(os.cpu_count() or 1, MAX_LOOPS))
             self.stream, self.concurrent_streams = self._stream, True
 
     def _stream(self, text, stop=None):
