@@ -238,7 +238,6 @@ def one_file(folder, out, pairs=None, sentences=None):
     files.export_tflite(
         translator,
         out,
-        overwrite=True,
         quantize="dynamic",
         search_method=hp["litert_search"],
         stream_batch=[width, 4 * width, 8 * width],
