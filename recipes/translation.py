@@ -181,7 +181,9 @@ def make_dataset(vec_en, vec_fr, pairs, batch_size, seed=None, members=1):
 
 The training model runs the decoder over whole target sentences (teacher
 forcing); `encode` and `step_fn` reuse its layers one token at a time, in
-the form `keras_attn.seq2seq`'s searches take. The output layer reuses the
+the form `keras_attn.seq2seq`'s searches take; `encode` also projects the
+memory for the score once (`AttentionDecoder.memory_keys`), which each
+step would otherwise do again. The output layer reuses the
 target embedding (`W_y = E P`, Press & Wolf 2017). With `members > 1`
 several such models train side by side, each on its own loss, and
 `seq2seq.ensemble` decodes with the mean of their probabilities.
@@ -256,11 +258,20 @@ def build_member(src, tgt, src_vocab, tgt_vocab, hp, k=0):
 
     def encode(source):
         memory, state = encoder(source, training=False)
-        return {"cell": [state], "memory": memory, "mask": source != 0}
+        mask = source != 0
+        out = {"cell": [state], "memory": memory, "mask": mask}
+        keys = decoder.memory_keys(memory, mask)
+        if keys is not None:  # projected once, not at every step
+            out["keys"] = keys
+        return out
 
     def step_fn(tokens, state, index):
         out, cell, align = decoder.step(
-            embed(tokens), state["cell"], state["memory"], state["mask"]
+            embed(tokens),
+            state["cell"],
+            state["memory"],
+            state["mask"],
+            keys=state.get("keys"),
         )
         logits = head(out[:, None], training=False)[:, 0]  # (B, V)
         return logits, {**state, "cell": cell}, align

@@ -86,6 +86,11 @@ class Attention(layers.Layer):
             masks are `input.shape[:-1]`.
         value: `(B, Tv, Dv)`.
         key: optional `(B, Tv, Dk)`; defaults to `value`.
+        projected_key: optional, `project_key(key, value_mask)` computed
+            once for many calls on one key (a decoder's steps): the
+            scores read it instead of projecting `key` again, with the
+            same numbers. Only for the scores that project their keys
+            (`"low_rank"`, `"additive"`).
         query_mask: optional boolean `(B, Tq)`. Masked queries get all-zero
             weights and a zero context; the mask is propagated to the output.
         value_mask: optional boolean `(B, Tv)`; masked keys get weight
@@ -294,8 +299,8 @@ class Attention(layers.Layer):
 
     # Keras `Attention`'s private helpers, which its tests and subclasses
     # call: the scores with the scale applied, and the padding/causal mask.
-    def _calculate_scores(self, query, key):
-        logits = self.compute_scores(query, key)
+    def _calculate_scores(self, query, key, projected_key=None):
+        logits = self.compute_scores(query, key, projected_key)
         if self.scale is not None and self.score != "concat":
             logits = ops.multiply(logits, ops.cast(self.scale, logits.dtype))
         return logits
@@ -309,8 +314,27 @@ class Attention(layers.Layer):
             use_causal_mask=use_causal_mask,
         )
 
-    def compute_scores(self, query, key):
-        """Unnormalized scores `(B, Tq, Tk)` for this layer's score."""
+    def project_key(self, key, value_mask=None):
+        """`key (B, Tv, Dk)` through the score's key projection (`V h`
+        of `"low_rank"`, `W₁ h` of `"additive"`), padded steps zeroed as
+        `call` zeroes them: pass it as `call`'s `projected_key` to
+        compute it once for many queries. `None` for the scores that do
+        not project their keys (nothing to save)."""
+        if not self.built:
+            raise ValueError(
+                f"Layer {self.name!r} is not built: call it (or `build`) "
+                "before `project_key`"
+            )
+        if self._key_dense is None:
+            return None
+        key = ops.cast(key, self.compute_dtype)
+        return self._key_dense(masking.select(key, value_mask))
+
+    def compute_scores(self, query, key, projected_key=None):
+        """Unnormalized scores `(B, Tq, Tk)` for this layer's score
+        (`projected_key`: `project_key(key)`, computed already)."""
+        if projected_key is None and self._key_dense is not None:
+            projected_key = self._key_dense(key)
         if self.score == "dot":
             return scores.dot_score(query, key)
         if self.score == "scaled_dot":
@@ -318,9 +342,7 @@ class Attention(layers.Layer):
         if self.score == "general":
             return scores.dot_score(self._query_dense(query), key)
         if self.score == "low_rank":
-            return scores.dot_score(
-                self._query_dense(query), self._key_dense(key)
-            )
+            return scores.dot_score(self._query_dense(query), projected_key)
         if self.score == "concat":
             return scores.concat_score(
                 query, key, self.concat_score_weight, self.scale
@@ -330,7 +352,7 @@ class Attention(layers.Layer):
             v = self.norm_scale * v / ops.sqrt(ops.sum(ops.square(v)))
         return scores.additive_score_of_projections(
             self._query_dense(query),
-            self._key_dense(key),
+            projected_key,
             v,
             self.bias,
             chunk_size=self.chunk_size,
@@ -347,6 +369,7 @@ class Attention(layers.Layer):
         return_attention_scores=False,
         training=None,
         mask=None,
+        projected_key=None,
     ):
         if value is None:  # Keras's convention: [query, value, key], mask=[...]
             query, value, key, query_mask, value_mask = (
@@ -356,6 +379,7 @@ class Attention(layers.Layer):
             )
         key = value if key is None else key
         check_key_value(value.shape, key.shape)
+        self._check_projected_key(projected_key, query)
         if len(query.shape) > 3:
             return _attention_arguments.call_nd(
                 self.call,
@@ -377,7 +401,11 @@ class Attention(layers.Layer):
         query = masking.select(query, query_mask)
         key = masking.select(ops.cast(key, self.compute_dtype), value_mask)
         value = masking.select(ops.cast(value, self.compute_dtype), value_mask)
-        logits = self._calculate_scores(query, key)  # (B, Tq, Tv)
+        if projected_key is not None:
+            projected_key = masking.select(
+                ops.cast(projected_key, self.compute_dtype), value_mask
+            )
+        logits = self._calculate_scores(query, key, projected_key)
         mask = masking.merge_masks(
             ops.shape(query)[1],
             ops.shape(key)[1],
@@ -393,6 +421,21 @@ class Attention(layers.Layer):
         if return_attention_scores:
             return context, weights
         return context
+
+    def _check_projected_key(self, projected_key, query):
+        if projected_key is None:
+            return
+        if self._key_dense is None:
+            raise ValueError(
+                f'Expected no projected_key: score="{self.score}" does not '
+                "project its keys (`project_key` gives None). Received: "
+                f"projected_key of shape {projected_key.shape}"
+            )
+        if len(query.shape) > 3:
+            raise ValueError(
+                "Expected a query of rank 3 with projected_key. Received: "
+                f"query of shape {query.shape}"
+            )
 
     def compute_mask(self, inputs, mask=None):
         """The query's mask (the first of a list of masks)."""
@@ -424,6 +467,7 @@ class Attention(layers.Layer):
         return_attention_scores=False,
         training=None,
         mask=None,
+        projected_key=None,
     ):
         if value is None:
             query, value, key, query_mask, _ = (

@@ -62,13 +62,15 @@ def each(fn, x):
     return [fn(v) for v in x] if isinstance(x, (list, tuple)) else fn(x)
 
 
-def attend_one(attention, query, memory, memory_mask, training):
+def attend_one(attention, query, memory, memory_mask, training, keys=None):
+    extra = {} if keys is None else {"projected_key": keys}
     context, weights = attention(
         query[:, None, :],
         memory,
         value_mask=memory_mask,
         return_attention_scores=True,
         training=training,
+        **extra,
     )  # (B, 1, D), (B, 1, S)
     return context[:, 0], weights[:, 0]
 

@@ -288,12 +288,34 @@ class AttentionDecoder(layers.Layer):
             )
         return [ops.cast(s, self.compute_dtype) for s in states]
 
-    def _attend(self, query, memory, memory_mask, training, previous=None):
+    def memory_keys(self, memory, memory_mask=None):
+        """The memory's keys as the score reads them
+        (`keras_attn.Attention.project_key`), for `step`'s `keys`: the
+        key projection (`"low_rank"`, `"additive"`) then runs once a
+        sequence instead of once a step, with the same numbers. `None`
+        where the score does not project its keys (or with `monotonic`);
+        with `mechanisms`, a list, one a mechanism (`None` in place)."""
+        if self.mechanisms is not None:
+            masks = memory_mask or [None] * len(memory)
+            return [
+                m.project_key(h, k)
+                for m, h, k in zip(self.mechanisms, memory, masks, strict=True)
+            ]
+        if self.monotonic is not None:
+            return None
+        return self.attention.project_key(memory, memory_mask)
+
+    def _attend(
+        self, query, memory, memory_mask, training, previous=None, keys=None
+    ):
         if self.mechanisms is not None:  # contexts concatenated
             masks = memory_mask or [None] * len(memory)
+            keys = keys or [None] * len(memory)
             pairs = [
-                attend_one(m, query, h, k, training)
-                for m, h, k in zip(self.mechanisms, memory, masks, strict=True)
+                attend_one(m, query, h, k, training, projected)
+                for m, h, k, projected in zip(
+                    self.mechanisms, memory, masks, keys, strict=True
+                )
             ]
             context = ops.concatenate([c for c, _ in pairs], axis=-1)
             return context, [w for _, w in pairs]
@@ -305,7 +327,9 @@ class AttentionDecoder(layers.Layer):
                 memory_mask=memory_mask,
                 training=training,
             )
-        return attend_one(self.attention, query, memory, memory_mask, training)
+        return attend_one(
+            self.attention, query, memory, memory_mask, training, keys
+        )
 
     def _output(self, context, cell_out):
         joined = ops.concatenate([context, cell_out], axis=-1)  # (B, D + U)
@@ -313,7 +337,15 @@ class AttentionDecoder(layers.Layer):
             return joined
         return self.attentional_layer(joined)
 
-    def step(self, inputs, states, memory, memory_mask=None, training=None):
+    def step(
+        self,
+        inputs,
+        states,
+        memory,
+        memory_mask=None,
+        training=None,
+        keys=None,
+    ):
         """One decoding step.
 
         Args:
@@ -322,6 +354,9 @@ class AttentionDecoder(layers.Layer):
                 or only the cell's states (the fed-back output then starts
                 at zeros).
             memory, memory_mask: as in `call`.
+            keys: optional, `memory_keys(memory, memory_mask)` computed
+                once for every step of a sequence (kept in a search's
+                state beside the memory).
 
         Returns:
             `(output (B, O), new_states, alignment (B, S))`.
@@ -329,6 +364,12 @@ class AttentionDecoder(layers.Layer):
         # A new tensor: a padding mask on one step's embedding (from
         # `Embedding(mask_zero=True)`) means nothing to the cell, which
         # would warn that it "destroys" it.
+        if keys is not None and self.monotonic is not None:
+            raise ValueError(
+                "Expected no keys with monotonic attention (`memory_keys` "
+                f"gives None). Received: keys with monotonic="
+                f"{self.monotonic!r}"
+            )
         inputs = ops.copy(ops.cast(inputs, self.compute_dtype))
         memory = each(lambda m: ops.cast(m, self.compute_dtype), memory)
         states = self.full_states(ops.shape(inputs)[0], states, memory)
@@ -340,7 +381,7 @@ class AttentionDecoder(layers.Layer):
             pieces.append(states[n])
         if self.attention_order == "bahdanau":
             context, weights = self._attend(
-                cell_states[0], memory, memory_mask, training, previous
+                cell_states[0], memory, memory_mask, training, previous, keys
             )
             pieces.append(context)
         cell_in = (
@@ -355,7 +396,7 @@ class AttentionDecoder(layers.Layer):
         )
         if self.attention_order == "luong":
             context, weights = self._attend(
-                cell_out, memory, memory_mask, training, previous
+                cell_out, memory, memory_mask, training, previous, keys
             )
         output = self._output(context, cell_out)
         new_states = new_cell + ([output] if self.input_feeding else [])

@@ -255,3 +255,64 @@ def test_step_on_a_masked_embedding_warns_nothing():
         )
     assert [str(w.message) for w in logs] == []
     assert tuple(out.shape)[0] == 2 and tuple(align.shape) == (2, 3)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(map(str, c)))
+def test_steps_on_memory_keys_equal_steps_without(config):
+    """`memory_keys` once, then `step(keys=...)`: the numbers of steps
+    that project the memory themselves; padded memory holding NaN reaches
+    neither."""
+    decoder = make(*config)
+    decoder(X, MEMORY, memory_mask=MEMORY_MASK)  # built
+    memory = np.where(MEMORY_MASK[..., None], MEMORY, np.nan).astype("float32")
+    keys = decoder.memory_keys(memory, MEMORY_MASK)
+    if config[1] in ("low_rank", "additive"):
+        width = 3 if config[1] == "low_rank" else 6
+        assert tuple(keys.shape) == (2, 3, width)
+    else:
+        assert keys is None  # nothing to project: nothing to save
+    plain = decoder.get_initial_state(2)
+    cached = decoder.get_initial_state(2)
+    for t in range(X.shape[1]):
+        o, plain, w = decoder.step(X[:, t], plain, memory, MEMORY_MASK)
+        o2, cached, w2 = decoder.step(
+            X[:, t], cached, memory, MEMORY_MASK, keys=keys
+        )
+        assert np.all(np.isfinite(to_numpy(o2)))
+        np.testing.assert_allclose(to_numpy(o2), to_numpy(o), atol=1e-6)
+        np.testing.assert_allclose(to_numpy(w2), to_numpy(w), atol=1e-6)
+
+
+def test_memory_keys_of_several_mechanisms_and_their_errors():
+    from keras_attn import Attention
+
+    decoder = AttentionDecoder(
+        keras.layers.GRUCell(6),
+        mechanisms=[
+            Attention(score="additive", units=5),
+            Attention(score="general"),
+        ],
+    )
+    memories = [MEMORY, MEMORY[..., :4]]
+    masks = [MEMORY_MASK, np.ones((2, 3), bool)]
+    decoder(X, memories, memory_mask=masks)
+    keys = decoder.memory_keys(memories, masks)
+    assert tuple(keys[0].shape) == (2, 3, 5) and keys[1] is None
+    states = decoder.get_initial_state(2)
+    o, _, w = decoder.step(X[:, 0], states, memories, masks)
+    o2, _, w2 = decoder.step(X[:, 0], states, memories, masks, keys=keys)
+    np.testing.assert_allclose(to_numpy(o2), to_numpy(o), atol=1e-6)
+    # A score without a key projection takes no projected key.
+    with pytest.raises(ValueError, match="projected_key.*general"):
+        decoder.mechanisms[1](
+            X[:, :1, :6], memories[1], projected_key=keys[0]
+        )
+    monotonic = AttentionDecoder(
+        keras.layers.GRUCell(6), score="additive", monotonic="parallel"
+    )
+    monotonic(X, MEMORY)
+    assert monotonic.memory_keys(MEMORY) is None
+    with pytest.raises(ValueError, match="keys with monotonic"):
+        monotonic.step(
+            X[:, 0], monotonic.get_initial_state(2, 3), MEMORY, keys=keys[0]
+        )
