@@ -204,8 +204,9 @@ class _Request:
         beam = config.get("search") == "beam" and not greedy_search
         self.width = config["beam_width"] if beam else 1
         self.search = None
-        if beam:
-            source = next(iter(self.inputs.values()))
+        if beam:  # the mask spans the state's source positions
+            widest, _ = decoder.padded(inputs, widest=True)
+            source = next(iter(widest.values()))
             self.search = BeamSearch(
                 1,
                 self.end_id,

@@ -262,12 +262,17 @@ class StreamingDecoder:
             f"Received: {shapes}"
         )
 
-    def padded(self, inputs):
+    def padded(self, inputs, widest=False):
         """`(inputs, rows)`: the inputs zero-padded to the first start
         they fit (rows up to its fixed batch size, where it has one, and
-        its other sizes, on the `padding` side), and the caller's rows."""
+        its other sizes, on the `padding` side), or with `widest=True`
+        to the last start's sizes (e.g. a source mask as wide as the
+        state), and the caller's rows."""
         inputs = {k: np.asarray(v) for k, v in inputs.items()}
-        spec = self.litert.signatures[self._fitting(inputs)]["inputs"]
+        name = self._fitting(inputs)
+        spec = self.litert.signatures[name]["inputs"]
+        if widest:
+            spec = self.litert.signatures[list(self._starts)[-1]]["inputs"]
         left = self.config.get("padding") == "left"
         out, rows = {}, None
         for name, value in inputs.items():

@@ -256,13 +256,15 @@ class LiteRTTranslator:
         that stay (for a beam search, those its beams agree on); the last
         yield is the whole output."""
         config = self.decoder.config
-        # A one-call file reads the sentence's own length; its streaming
-        # signatures, `source_length` tokens, zero-padded.
+        # The sentence's own tokens go to the shortest `prefill` that
+        # holds them (zero-padded); the state, and so the alignment and
+        # the source mask, span `source_length`.
+        own = {"source": source[:, : np.count_nonzero(source[0])]}
         source = np.pad(source, ((0, 0), (0, self.length - source.shape[1])))
         if self.batcher is not None:
-            yield from self.batcher.search({"source": source}, greedy)
+            yield from self.batcher.search(own, greedy)
             return
-        args = ({"source": source}, *(config[k] for k in STREAM_IDS))
+        args = (own, *(config[k] for k in STREAM_IDS))
         banned = config["banned_ids"]
         if greedy or config["search"] == "greedy":
             ids, rows = [], []

@@ -236,6 +236,7 @@ def export_tflite(
     pad_source=False,
     unroll_first_step=True,
     stream_batch=None,
+    prefill_lengths=None,
 ):
     """LiteRT model whose `translate(source (1, S) int32)` signature
     runs the whole search (a builtin `WHILE`) and returns `ids (1, L)`
@@ -268,6 +269,8 @@ def export_tflite(
     or a list of them), which then read the one copy of the weights the
     `translate` signature reads: `LiteRTTranslator` translates with
     `translate` and streams (`stream`) with them. Defaults to `None`.
+    `prefill_lengths`: the streaming signatures' shorter source lengths,
+    as in `export_streaming_translator`.
 
     The vocabularies and the settings the numpy-only runtime
     (`keras_attn_runtime.LiteRTTranslator`) needs travel inside the file
@@ -291,7 +294,9 @@ def export_tflite(
     metadata = litert_metadata(translator, search_methods.sampler_name(sampler))
     functions = {"translate": translate}
     if stream_batch is not None:
-        streaming, config = _streaming(translator, stream_batch)
+        streaming, config = _streaming(
+            translator, stream_batch, prefill_lengths
+        )
         functions.update(streaming)
         metadata[artifact.METADATA_STREAMING] = json.dumps(config).encode()
     return export_signatures_tflite(
@@ -305,13 +310,52 @@ def export_tflite(
     )
 
 
-def _streaming(translator, batch_size):
+def _prefill_lengths(translator, prefill_lengths):
+    """The source lengths of the `prefill` signatures, shortest first:
+    `prefill_lengths` and `source_length`."""
+    lengths = list(prefill_lengths or ())
+    full = translator.source_length
+    for n in lengths:
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 < n < full:
+            raise ValueError(
+                f"Expected prefill_lengths to hold integers from 1 to "
+                f"{full - 1} (source_length is {full}). Received: "
+                f"prefill_lengths={prefill_lengths!r}"
+            )
+    return sorted({*lengths, full})
+
+
+def _padded_encode(translator, sentences):
+    """`translator.encode`, its state's source axes zero-padded to
+    `source_length`: a `prefill` of a shorter source gives the state of
+    the longest one (the step reads the source positions past a
+    sentence as padding, as the one-call file's search does)."""
+    full = tf.zeros([sentences, translator.source_length], tf.int32)
+    shapes = tf.nest.map_structure(lambda t: t.shape, translator.encode(full))
+
+    def encode(source):
+        state = translator.encode(source)
+
+        def pad(tensor, shape):
+            sizes = zip(tensor.shape, shape, strict=True)
+            pads = [[0, m - n] for n, m in sizes]
+            return tf.pad(tensor, pads) if any(p[1] for p in pads) else tensor
+
+        return tf.nest.map_structure(pad, state, shapes)
+
+    return encode
+
+
+def _streaming(translator, batch_size, prefill_lengths=None):
     """`(functions, config)` of `translator`'s streaming signatures with
-    `batch_size` rows (a number, or a list: one decode signature each);
-    `config` holds the search and token settings the runtime decodes
-    with (`keras_attn_runtime.StreamingDecoder`)."""
+    `batch_size` rows (a number, or a list: one decode signature each)
+    and a `prefill` a source length (`prefill_lengths`, then
+    `source_length`; the runtime runs the shortest that holds a
+    sentence); `config` holds the search and token settings the runtime
+    decodes with (`keras_attn_runtime.StreamingDecoder`)."""
     from keras_attn.export.streaming import streaming_functions
 
+    lengths = _prefill_lengths(translator, prefill_lengths)
     search = search_methods.streaming_search(translator)
     width = search.get("beam_width", 1)
     sizes = [batch_size] if isinstance(batch_size, int) else list(batch_size)
@@ -322,12 +366,17 @@ def _streaming(translator, batch_size):
             f"{batch_size!r}"
         )
     # The encoder runs once a sentence; the step once a beam.
-    spec = tf.TensorSpec(
-        [sizes[0] // width, translator.source_length], tf.int32, "source"
-    )
+    sentences = sizes[0] // width
+    specs = [
+        {"source": tf.TensorSpec([sentences, n], tf.int32, "source")}
+        for n in lengths
+    ]
+    encode = lambda source: translator.encode(source)  # noqa: E731
+    if len(lengths) > 1:
+        encode = _padded_encode(translator, sentences)
     functions, config = streaming_functions(
-        (lambda source: translator.encode(source), translator.step_fn),
-        start_signature={"source": spec},
+        (encode, translator.step_fn),
+        start_signature=specs if len(specs) > 1 else specs[0],
         step_batch=batch_size,
     )
     settings = {
@@ -382,6 +431,7 @@ def export_streaming_translator(
     overwrite=False,
     protect=(),
     quantize="none",
+    prefill_lengths=None,
 ):
     """Write `path`, `translator`'s model as a streaming LiteRT decoder
     (`keras_attn.export.export_streaming_tflite`: a `prefill` signature
@@ -402,11 +452,18 @@ def export_streaming_translator(
             signature each (the first sets the `prefill`'s sentences).
             Defaults to `4`.
         overwrite, protect, quantize: as in `export_streaming_tflite`.
+        prefill_lengths: shorter source lengths, a `prefill` signature
+            each (`prefill_0`, ... shortest first, the last reading
+            `source_length`): the runtime encodes a sentence with the
+            shortest that holds it, its state zero-padded to
+            `source_length` (the step reads positions past a sentence as
+            padding, as for the one-call file's `translate`). Defaults
+            to `None` (one `prefill`).
     """
     from keras_attn.export import export_signatures_tflite
 
     search = search_methods.streaming_search(translator)
-    functions, config = _streaming(translator, batch_size)
+    functions, config = _streaming(translator, batch_size, prefill_lengths)
     entries = litert_metadata(translator, search["search"])
     config["translator"] = json.loads(entries.pop(artifact.METADATA_CONFIG))
     entries[artifact.METADATA_CONFIG] = json.dumps(config).encode()

@@ -304,6 +304,9 @@ class Translator(tf.Module):
         search_method="greedy",
         pad_source=False,
         unroll_first_step=True,
+        *,
+        stream_batch=None,
+        prefill_lengths=None,
     ):
         """A LiteRT file whose `translate` signature runs the whole search
         (`keras_attn.translation.files.export_tflite`, which says how)."""
@@ -315,4 +318,6 @@ class Translator(tf.Module):
             search_method=search_method,
             pad_source=pad_source,
             unroll_first_step=unroll_first_step,
+            stream_batch=stream_batch,
+            prefill_lengths=prefill_lengths,
         )

@@ -71,6 +71,14 @@ def test_a_translator_file_that_cannot_stream_is_named(tmp_path):
     top_k = tiny_translator(tiny_model(), sampler="top_k")
     with pytest.raises(ValueError, match="sampler=TopKSampler"):
         export_streaming_translator(top_k, str(tmp_path / "s.tflite"))
+    for lengths in [(0,), (translator.source_length,), (2.0,)]:
+        with pytest.raises(ValueError, match="prefill_lengths="):
+            export_streaming_translator(
+                translator,
+                str(tmp_path / "s.tflite"),
+                prefill_lengths=lengths,
+            )
+    assert not os.path.exists(tmp_path / "s.tflite")
     path = str(tmp_path / "one_call.tflite")
     translator.export_tflite(path)
     with pytest.raises(ValueError, match="one call per sentence"):
@@ -159,3 +167,57 @@ def test_a_one_call_file_also_streams_on_one_copy_of_the_weights(tmp_path):
     )
     sizes = [os.path.getsize(p) for p in (both, one_call, streaming)]
     assert sizes[0] < sizes[1] + sizes[2], sizes
+
+
+@pytest.mark.slow
+def test_a_sentence_is_encoded_by_the_shortest_prefill_that_holds_it(
+    tmp_path,
+):
+    """`prefill_lengths`: a `prefill` a source length; the runtime runs
+    the shortest that holds a sentence, and its state, zero-padded, is
+    the longest one's: the same answers, batched or not."""
+    import numpy as np
+
+    from keras_attn.translation import export_streaming_translator
+    from keras_attn_runtime import LiteRTTranslator
+
+    translator = tiny_translator(
+        tiny_model(), sampler=samplers.BeamSampler(2, 0.6, 0.2)
+    )
+    want = translator.translate(tf.constant(TEXTS[:-1]))["translation"]
+    want = [t.decode() for t in want.numpy()]
+    path = str(tmp_path / "streaming.tflite")
+    export_streaming_translator(
+        translator, path, batch_size=[2, 4], prefill_lengths=(2,)
+    )
+    lite = LiteRTTranslator(path)
+    signatures = lite.litert.signatures
+    widths = [
+        signatures[n]["inputs"]["source"]["shape"][1]
+        for n in ("prefill_0", "prefill_1")
+    ]
+    assert widths == [2, translator.source_length]
+    ran = []
+    for name, runner in list(lite.decoder._starts.items()):
+
+        def counted(runner=runner, name=name, **feed):
+            ran.append(name)
+            return runner(**feed)
+
+        lite.decoder._starts[name] = counted
+    assert [lite.translate(t) for t in TEXTS[:-1]] == want
+    sizes = [len(lite.source_words(t)) for t in TEXTS[:-1]]
+    assert {1, 2} & set(sizes) and max(sizes) > 2, sizes  # both ran
+    assert ran == [f"prefill_{int(n > 2)}" for n in sizes], (ran, sizes)
+    short = np.array([[3, 4]], "int32")
+    padded = np.pad(short, ((0, 0), (0, translator.source_length - 2)))
+    ran.clear()
+    a, b = lite.decoder.start(source=short), lite.decoder.start(source=padded)
+    assert ran == ["prefill_0", "prefill_1"]
+    for name in a:  # past the sentence, padding the step masks
+        cut = 2 if a[name].shape[1:2] == (translator.source_length,) else None
+        np.testing.assert_allclose(
+            a[name][:, :cut], b[name][:, :cut], atol=1e-6
+        )
+    lite.batch_streams()
+    assert ["".join(lite.stream(t)) for t in TEXTS[:-1]] == want

@@ -304,9 +304,7 @@ def test_memory_keys_of_several_mechanisms_and_their_errors():
     np.testing.assert_allclose(to_numpy(o2), to_numpy(o), atol=1e-6)
     # A score without a key projection takes no projected key.
     with pytest.raises(ValueError, match="projected_key.*general"):
-        decoder.mechanisms[1](
-            X[:, :1, :6], memories[1], projected_key=keys[0]
-        )
+        decoder.mechanisms[1](X[:, :1, :6], memories[1], projected_key=keys[0])
     monotonic = AttentionDecoder(
         keras.layers.GRUCell(6), score="additive", monotonic="parallel"
     )
