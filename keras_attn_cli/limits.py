@@ -14,9 +14,13 @@ LIMITS = {
     "max_instances": 256,
     "max_text_bytes": 100_000,
     # Streams decoding at once for one model (OpenAI's routes): one more
-    # is a 429 with `Retry-After`, not a queue without bound.
-    "max_streams": 8,
+    # is a 429 with `Retry-After`, not a queue without bound. `None`:
+    # what the model's decode loops hold at once (`stream_limit`).
+    "max_streams": None,
 }
+
+# `max_streams` of a model that does not say what it holds at once.
+DEFAULT_STREAMS = 8
 
 
 class RequestError(ValueError):
@@ -42,6 +46,15 @@ def check_text(data, where, limits):
             f"Text too long in {where}: at most {limits['max_text_bytes']} "
             f"bytes. Received: {len(data)} bytes"
         )
+
+
+def stream_limit(limits, generator):
+    """The streams one model decodes at once: `max_streams`, or where it
+    is `None` the sentences `generator`'s decode loops hold at once (its
+    `stream_capacity`), else `DEFAULT_STREAMS`."""
+    if limits["max_streams"] is not None:
+        return limits["max_streams"]
+    return getattr(generator, "stream_capacity", None) or DEFAULT_STREAMS
 
 
 def log_refusal(status, route, err):

@@ -14,7 +14,7 @@ import time
 
 from keras_attn_cli import openai_api as rules
 from keras_attn_cli import tf_serving_api as api
-from keras_attn_cli.limits import check_text
+from keras_attn_cli.limits import check_text, stream_limit
 
 
 def add_openai_routes(app, models):
@@ -109,7 +109,7 @@ def _counted_pieces(model, settings, active):
     answers decoding}`) until they end (all read, or the client hung up);
     one answer past `max_streams` is a 429."""
     name = settings["model"]
-    if active[name] >= model.limits["max_streams"]:
+    if active[name] >= stream_limit(model.limits, model.generator):
         raise rules.OpenAIError(
             f"{name} is decoding {active[name]} streams, its limit "
             "(--max-streams); retry after a second.",

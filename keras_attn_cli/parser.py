@@ -109,7 +109,13 @@ SERVE_FLAGS = (
     ("--max-body-bytes", int, 1 << 20, "largest request body"),
     ("--max-instances", int, 256, "most examples in one request"),
     ("--max-text-bytes", int, 100_000, "longest text input (UTF-8 bytes)"),
-    ("--max-streams", int, 8, "streams one model decodes at once (OpenAI)"),
+    (
+        "--max-streams",
+        int,
+        None,
+        "streams one model decodes at once (OpenAI); auto: the sentences "
+        "its decode loops hold at once, else 8",
+    ),
     ("--max-batch-size", int, 32, "most examples merged into one call"),
     ("--batch-wait-ms", float, 5.0, "longest wait for a batch to fill"),
 )
@@ -266,7 +272,7 @@ COMMANDS = (
                     flag,
                     type=kind,
                     default=default,
-                    help=f"{text} (default: {default})",
+                    help=f"{text} (default: {default or 'auto'})",
                 )
                 for flag, kind, default, text in SERVE_FLAGS
             ),

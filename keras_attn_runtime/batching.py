@@ -103,6 +103,14 @@ class RowBatcher:
             request.cancelled = True
 
     @property
+    def capacity(self):
+        """The sentences the loop decodes at once (`max_rows` over a
+        sentence's rows: its beam width, or 1 for greedy search)."""
+        config = self.decoder.config
+        beam = config.get("search") == "beam"
+        return self.max_rows // (config["beam_width"] if beam else 1)
+
+    @property
     def in_flight(self):
         """Requests decoding or waiting for rows."""
         return len(self._active) + len(self._pending)
@@ -306,6 +314,11 @@ class Loops:
     @property
     def in_flight(self):
         return sum(b.in_flight for b in self.batchers)
+
+    @property
+    def capacity(self):
+        """The sentences the loops decode at once."""
+        return sum(b.capacity for b in self.batchers)
 
     @property
     def steps(self):

@@ -152,8 +152,12 @@ class TranslatorArtifact:
         io = Signature(TEXT, {"translation": ("string", [None])})
         self.signatures = {DEFAULT_SIGNATURE: io, "translate": io}
         decoder = translator.decoder
+        self.stream_capacity = None  # sentences decoded at once
         if decoder is not None and decoder.config.get("reads_index") is False:
-            translator.batch_streams(loops=min(os.cpu_count() or 1, MAX_LOOPS))
+            loops = translator.batch_streams(
+                loops=min(os.cpu_count() or 1, MAX_LOOPS)
+            )
+            self.stream_capacity = loops.capacity
             self.stream, self.concurrent_streams = self._stream, True
 
     def _stream(self, text, stop=None):

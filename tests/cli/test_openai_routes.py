@@ -87,8 +87,29 @@ def serving():
 BODY = {"model": "lm", "prompt": "I am here.", "stream": True}
 
 
-def test_one_stream_past_the_limit_is_a_429_with_retry_after(serving):
-    base, model = serving({**LIMITS, "max_streams": 1})
+def test_the_default_stream_limit():
+    from keras_attn_cli.limits import DEFAULT_STREAMS, stream_limit
+
+    assert LIMITS["max_streams"] is None  # the model's own, by default
+    assert stream_limit(LIMITS, Gated()) == DEFAULT_STREAMS == 8
+    loops = Gated()
+    loops.stream_capacity = 16
+    assert stream_limit(LIMITS, loops) == 16
+    assert stream_limit({**LIMITS, "max_streams": 3}, loops) == 3
+
+
+@pytest.mark.parametrize(
+    "max_streams, capacity", [(1, None), (1, 5), (None, 1)]
+)
+def test_one_stream_past_the_limit_is_a_429_with_retry_after(
+    serving, max_streams, capacity
+):
+    """The limit: `--max-streams`, or by default what the model's decode
+    loops hold at once (its `stream_capacity`)."""
+    backend = Gated()
+    if capacity is not None:
+        backend.stream_capacity = capacity
+    base, model = serving({**LIMITS, "max_streams": max_streams}, backend)
 
     async def run():
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:

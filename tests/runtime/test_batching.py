@@ -121,6 +121,15 @@ def test_a_caller_that_stops_reading_frees_its_rows(streaming_file):
     assert drained(batcher)
 
 
+def test_capacity_counts_sentences_not_rows(streaming_file):
+    from keras_attn_runtime import LiteRTTranslator
+
+    lite = LiteRTTranslator(streaming_file)
+    loops = lite.batch_streams(max_rows=6, loops=2)
+    assert [b.capacity for b in loops.batchers] == [3, 3]  # beams of 2
+    assert loops.capacity == 6
+
+
 def test_a_file_whose_step_reads_its_index_is_refused(tmp_path):
     from keras_attn import export
     from keras_attn_runtime import StreamingDecoder
