@@ -55,6 +55,7 @@ HEADERS = {
     "words_per_s": "words/s",
     "first_words_p50_ms": "first words p50 ms",
     "first_words_p99_ms": "first words p99 ms",
+    "first_words_share_p50": "first words at (share of answer, p50)",
 }
 
 
@@ -66,6 +67,8 @@ def cell(key, value):
         return str(value)
     if key.endswith("ratio"):
         return f"{value:.3f}"
+    if "_share" in key:
+        return f"{value:.2f}"
     if key.startswith("speedup"):
         return f"{value:.2f}x"
     if key.endswith("_s"):

@@ -136,6 +136,9 @@ def row(path, clients, seconds, out):
         "p99_ms": float(np.percentile(took, 99)),
         "first_words_p50_ms": float(np.percentile(first, 50)),
         "first_words_p99_ms": float(np.percentile(first, 99)),
+        # When the first words come, as a share of the whole answer's
+        # time (a beam's words go out once its beams agree on them).
+        "first_words_share_p50": float(np.median(first / took)),
     }
 
 
