@@ -14,7 +14,7 @@ def serve(args):
         value = getattr(args, flag[2:].replace("-", "_"))
         off = flag == "--grpc-port" and value == 0  # 0 turns gRPC off
         off = off or value is None  # the model's own (--max-streams)
-        if kind is not str and not value > 0 and not off:
+        if kind is not str and not off and not value > 0:
             raise ValueError(
                 f"Expected {flag} to be positive. Received: {flag}={value}"
             )

@@ -162,6 +162,7 @@ def test_the_runtime_translates_a_list_of_sentences():
         (("imdb_micro", "imdb_edge", "--model-name", "x"), "for 2 models"),
         (("imdb_micro", "--model-name", "a/b"), "--model-name='a/b'"),
         (("imdb_micro", "--model-name", ""), "--model-name=''"),
+        (("imdb_micro", "--max-streams", "0"), "--max-streams=0"),
     ],
 )
 def test_a_model_name_names_one_model_clients_can_route_to(
