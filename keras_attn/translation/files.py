@@ -225,6 +225,16 @@ def _check_litert_file(translator, path):
         )
 
 
+def _check_flags(**flags):
+    """A `ValueError` naming the first flag that is not a bool."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(
+                f"Expected {name} to be True or False. "
+                f"Received: {name}={value!r}"
+            )
+
+
 def export_tflite(
     translator,
     path,
@@ -278,15 +288,7 @@ def export_tflite(
     """
     from keras_attn.export import export_signatures_tflite
 
-    for name, value in (
-        ("pad_source", pad_source),
-        ("unroll_first_step", unroll_first_step),
-    ):
-        if not isinstance(value, bool):
-            raise ValueError(
-                f"Expected {name} to be True or False. "
-                f"Received: {name}={value!r}"
-            )
+    _check_flags(pad_source=pad_source, unroll_first_step=unroll_first_step)
     sampler = search_methods.litert_sampler(translator, search_method)
     translate = _litert_function(
         translator, sampler, pad_source, unroll_first_step
