@@ -76,16 +76,54 @@ _EXTRAS = {
 }
 
 
+def _interrupted(signum, frame):
+    """Ctrl-C: say so and end, wherever the main thread is."""
+    with contextlib.suppress(OSError, RuntimeError, ValueError):
+        print("keras-attn: interrupted", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    # A model call may still run on its worker thread: end now rather
+    # than wait for it at exit (every file a command writes is staged and
+    # moved into place whole, so nothing is left half-written).
+    os._exit(130)
+
+
+@contextlib.contextmanager
+def exit_on_interrupt():
+    """Ctrl-C ends the process (status 130) from its signal handler. The
+    `KeyboardInterrupt` Python raises by default is dropped when it lands
+    in a garbage-collector callback or a finalizer (JAX registers one,
+    which runs while TensorFlow loads), and the command then ran on to
+    its end. The previous handler comes back afterwards (a command run
+    in-process); off the main thread, nothing changes."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run(args):
     """Run the command `args` names: quietly (native logs to /dev/null,
     warnings off) unless `--verbose`; its exit status."""
     if args.verbose:
-        return _run(args)
+        with exit_on_interrupt():
+            return _run(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     import warnings
 
-    with warnings.catch_warnings(), _quiet_native_stderr():
+    with (
+        warnings.catch_warnings(),
+        _quiet_native_stderr(),
+        exit_on_interrupt(),
+    ):
         warnings.simplefilter("ignore")
         code = _run(args)
     if "ai_edge_litert" in sys.modules:
@@ -109,14 +147,8 @@ def _run(args):
         if not args.verbose:
             cli.quiet()
         return cli.run(args)
-    except KeyboardInterrupt:
-        print("keras-attn: interrupted", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # A model call may still run on its worker thread: end now rather
-        # than wait for it at exit (every file a command writes is staged
-        # and moved into place whole, so nothing is left half-written).
-        os._exit(130)
+    except KeyboardInterrupt:  # raised by the command itself
+        _interrupted(None, None)
     except BrokenPipeError:
         # The reader went away (`keras-attn translate ... | head`): end as
         # a Unix tool killed by SIGPIPE would, without a message.

@@ -174,6 +174,42 @@ def test_a_model_name_names_one_model_clients_can_route_to(
     refused(code, out, err, needle)
 
 
+def test_ctrl_c_in_a_garbage_collector_callback_still_ends_the_command():
+    # Python drops a KeyboardInterrupt raised in a gc callback, and JAX's
+    # runs while TensorFlow loads: Ctrl-C at that moment let a long
+    # translation run on to its end.
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import gc, os, signal, time
+        from keras_attn_cli import harness
+
+        def callback(phase, info):
+            if phase == "start":
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)  # Python runs the handler here
+
+        with harness.exit_on_interrupt():
+            gc.callbacks.append(callback)
+            gc.collect()
+            gc.callbacks.remove(callback)
+            print("ran on")
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert "ran on" not in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == "keras-attn: interrupted"
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_a_long_translation_ends_it_at_once(tmp_path):
     # A SavedModel's translation does not return to Python until it ends,
