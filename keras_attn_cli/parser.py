@@ -120,6 +120,12 @@ SERVE_FLAGS = (
     ("--batch-wait-ms", float, 5.0, "longest wait for a batch to fill"),
 )
 
+
+def _shown(default):
+    """A serve flag's default as `--help` says it (`None`: auto)."""
+    return "auto" if default is None else default
+
+
 # Each command: (name, help, its arguments), in the order of `--help`.
 COMMANDS = (
     (
@@ -272,7 +278,7 @@ COMMANDS = (
                     flag,
                     type=kind,
                     default=default,
-                    help=f"{text} (default: {default or 'auto'})",
+                    help=f"{text} (default: {_shown(default)})",
                 )
                 for flag, kind, default, text in SERVE_FLAGS
             ),

@@ -93,6 +93,24 @@ def check_build_shapes(score, query_shape, value_shape, key_shape):
         )
 
 
+def check_projected_key(score, projects_keys, projected_key, query):
+    """A `ValueError` for a `projected_key` the layer cannot read: its
+    score projects no keys, or the query has more than three axes."""
+    if projected_key is None:
+        return
+    if not projects_keys:
+        raise ValueError(
+            f'Expected no projected_key: score="{score}" does not project '
+            "its keys (`project_key` gives None). Received: projected_key "
+            f"of shape {projected_key.shape}"
+        )
+    if len(query.shape) > 3:
+        raise ValueError(
+            "Expected a query of rank 3 with projected_key. Received: "
+            f"query of shape {query.shape}"
+        )
+
+
 def split(inputs, name):
     """`[query, value]` or `[query, value, key]` (Keras's `Attention`
     convention) as `(query, value, key)`."""

@@ -379,7 +379,9 @@ class Attention(layers.Layer):
             )
         key = value if key is None else key
         check_key_value(value.shape, key.shape)
-        self._check_projected_key(projected_key, query)
+        _attention_arguments.check_projected_key(
+            self.score, self._key_dense is not None, projected_key, query
+        )
         if len(query.shape) > 3:
             return _attention_arguments.call_nd(
                 self.call,
@@ -421,21 +423,6 @@ class Attention(layers.Layer):
         if return_attention_scores:
             return context, weights
         return context
-
-    def _check_projected_key(self, projected_key, query):
-        if projected_key is None:
-            return
-        if self._key_dense is None:
-            raise ValueError(
-                f'Expected no projected_key: score="{self.score}" does not '
-                "project its keys (`project_key` gives None). Received: "
-                f"projected_key of shape {projected_key.shape}"
-            )
-        if len(query.shape) > 3:
-            raise ValueError(
-                "Expected a query of rank 3 with projected_key. Received: "
-                f"query of shape {query.shape}"
-            )
 
     def compute_mask(self, inputs, mask=None):
         """The query's mask (the first of a list of masks)."""
