@@ -13,7 +13,13 @@ import os
 import numpy as np
 
 from keras_attn_runtime import opener
-from keras_attn_runtime.opener import ModelError, find, found, open  # noqa: F401, A004
+from keras_attn_runtime.opener import (  # noqa: F401, A004
+    ModelError,
+    PromptTooLong,
+    find,
+    found,
+    open,
+)
 from keras_attn_runtime.signature import Signature
 
 
@@ -152,13 +158,23 @@ class TextGeneratorArtifact:
         io = Signature(opener.TEXT, {self.OUTPUT: ("string", [None])})
         self.signatures = {opener.DEFAULT_SIGNATURE: io, "generate": io}
 
+    def check_prompt(self, text):
+        """A `PromptTooLong` for a prompt that leaves the model no room
+        to answer in its context."""
+        count = len(self.generator.prompt_ids(text, check=False))
+        limit = self.generator.context_length - 1
+        if count > limit:
+            raise PromptTooLong(limit, count, "tokens")
+
     def run(self, signature, inputs):
         texts = [t.decode("utf-8", "replace") for t in inputs["text"]]
         if not texts:
             return self.signatures[signature].empty_outputs()
+        for text in texts:
+            self.check_prompt(text)
         try:
             out = self.generator.generate(texts)
-        except ValueError as err:  # a prompt longer than the context
+        except ValueError as err:
             raise ModelError(str(err)) from None
         return {self.OUTPUT: np.array(out, dtype=object)}
 

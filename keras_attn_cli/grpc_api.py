@@ -15,7 +15,10 @@ import grpc
 from keras_attn_cli import access, registry, tensor_protos
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
-from keras_attn_cli.limits import log_refusal
+from keras_attn_cli.limits import LOGGER, log_refusal
+
+PREDICTION = "/tensorflow.serving.PredictionService/"
+MODEL_SERVICE = "/tensorflow.serving.ModelService/"
 
 # gRPC methods that answer without a token (liveness and readiness), and
 # those that change what is served.
@@ -31,7 +34,18 @@ MANAGEMENT_METHODS = (
 )
 
 
-async def find(models, spec, context):
+async def refuse(context, code, message, method):
+    """End the call with `code` (a client's error) and `message`, logged
+    in one WARNING line (`log_refusal`); a server's own failure
+    (`INTERNAL`) is one ERROR line. Never a traceback."""
+    if code == grpc.StatusCode.INTERNAL:
+        LOGGER.error("%s %s: %s", code.name, method, " ".join(message.split()))
+    else:
+        log_refusal(code.name, method, message)
+    await context.abort(code, message)
+
+
+async def find(models, spec, context, method):
     """The served model `spec` names (its version, or the latest), or the
     call aborted with NOT_FOUND (unknown model, version or label)."""
     try:
@@ -42,7 +56,7 @@ async def find(models, spec, context):
             label=spec.version_label or None,
         )
     except registry.NotServed as err:
-        await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
+        await refuse(context, grpc.StatusCode.NOT_FOUND, str(err), method)
     return models[key]
 
 
@@ -55,16 +69,20 @@ def _answer_spec(target, model, signature):
 async def predict(models, request, context):
     """`PredictionService.Predict`: the named signature on the request's
     tensors, checked as KServe v2's inputs are."""
+    from kserve.errors import InvalidInput
     from tensorflow_serving.apis import predict_pb2
 
-    model = await find(models, request.model_spec, context)
+    method = PREDICTION + "Predict"
+    model = await find(models, request.model_spec, context, method)
     signatures = model.backend.signatures
     key = request.model_spec.signature_name or api.DEFAULT_SIGNATURE
     if key not in signatures:
-        await context.abort(
+        await refuse(
+            context,
             grpc.StatusCode.INVALID_ARGUMENT,
             f"Unknown signature_name {key!r}; this model has "
             f"{sorted(signatures)}",
+            method,
         )
     try:
         tensors = []
@@ -74,11 +92,15 @@ async def predict(models, request, context):
         inputs = oip.parse_infer(tensors, signatures[key], model.limits)
         wanted = api.output_filter(list(request.output_filter), signatures[key])
     except api.RequestError as err:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        code = grpc.StatusCode.INVALID_ARGUMENT
+        await refuse(context, code, str(err), method)
     try:
         out = api.filtered(await model.run(key, inputs), wanted)
+    except InvalidInput as err:  # a text past the model's window
+        code = grpc.StatusCode.INVALID_ARGUMENT
+        await refuse(context, code, str(err.reason), method)
     except Exception as err:  # the model's own failure, named
-        await context.abort(grpc.StatusCode.INTERNAL, str(err))
+        await refuse(context, grpc.StatusCode.INTERNAL, str(err), method)
     response = predict_pb2.PredictResponse()
     _answer_spec(response.model_spec, model, key)
     for name, array in out.items():
@@ -90,12 +112,15 @@ async def model_metadata(models, request, context):
     """`PredictionService.GetModelMetadata`: the `signature_def` map."""
     from tensorflow_serving.apis import get_model_metadata_pb2
 
-    model = await find(models, request.model_spec, context)
+    method = PREDICTION + "GetModelMetadata"
+    model = await find(models, request.model_spec, context, method)
     wanted = list(request.metadata_field)
     if wanted != ["signature_def"]:
-        await context.abort(
+        await refuse(
+            context,
             grpc.StatusCode.INVALID_ARGUMENT,
             f"Expected metadata_field ['signature_def']. Received: {wanted}",
+            method,
         )
     response = get_model_metadata_pb2.GetModelMetadataResponse()
     _answer_spec(response.model_spec, model, "")
@@ -111,7 +136,7 @@ async def model_status(models, request, context):
     from tensorflow_serving.apis import get_model_status_pb2
 
     spec = request.model_spec
-    model = await find(models, spec, context)
+    model = await find(models, spec, context, MODEL_SERVICE + "GetModelStatus")
     served = registry.version_table(models)[spec.name]
     numbers = [model.version] if spec.HasField("version") else served
     response = get_model_status_pb2.GetModelStatusResponse()
@@ -141,10 +166,12 @@ def _servicers():
             return await model_metadata(self.models, request, context)
 
         async def Classify(self, request, context):
-            await context.abort(
+            await refuse(
+                context,
                 grpc.StatusCode.UNIMPLEMENTED,
                 "Classify takes tf.Example inputs; these models take text: "
                 "use Predict",
+                PREDICTION + "Classify",
             )
 
         Regress = MultiInference = Classify
@@ -185,7 +212,7 @@ class Gate(grpc.aio.ServerInterceptor):
             self.access,
         )
         if refused is None:
-            return _refusing_malformed(await continuation(details))
+            return _refusing_malformed(await continuation(details), method)
         if refused.off:
             code = grpc.StatusCode.UNIMPLEMENTED
             message = f"{method} is off (turned on by {refused.off})"
@@ -196,10 +223,10 @@ class Gate(grpc.aio.ServerInterceptor):
                 "<token>' (--auth-token-file)"
             )
 
-        async def refuse(request, context):
-            await context.abort(code, message)
+        async def refused(request, context):
+            await refuse(context, code, message, method)
 
-        return grpc.unary_unary_rpc_method_handler(refuse)
+        return grpc.unary_unary_rpc_method_handler(refused)
 
 
 # How to install `tensorflow-serving-api` beside `tensorflow-cpu`: its
@@ -223,7 +250,7 @@ class _Malformed:
         self.reason = reason
 
 
-def _refusing_malformed(handler):
+def _refusing_malformed(handler, method):
     """`handler` (a unary call's), answering a request message that does
     not parse with INVALID_ARGUMENT naming the problem (gRPC's own answer
     is UNKNOWN)."""
@@ -239,9 +266,11 @@ def _refusing_malformed(handler):
 
     async def guarded(request, context):
         if isinstance(request, _Malformed):
-            await context.abort(
+            await refuse(
+                context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"Malformed request message ({request.reason})",
+                method,
             )
         answer = behavior(request, context)
         return await answer if hasattr(answer, "__await__") else answer
@@ -267,6 +296,8 @@ def _client_errors(kserve_interceptor):
 
     class ClientErrors(kserve_interceptor):
         async def handle_exception(self, ex, request, context, method_name):
+            if isinstance(ex, grpc.aio.AbortError):  # refused, and logged
+                raise ex
             code = next(
                 (c for k, c in codes.items() if isinstance(ex, k)), None
             )
@@ -280,10 +311,13 @@ def _client_errors(kserve_interceptor):
     return ClientErrors()
 
 
-def build_server(models, dataplane, host, port, access):
+def build_server(models, dataplane, host, port, access, limits):
     """A `grpc.aio` server on `host:port` with TensorFlow Serving's and
     KServe's v2 services over `models` (`{name: ServedModel}`), and the
-    port it bound (0: it could not)."""
+    port it bound (0: it could not). `limits` as on HTTP: a request
+    message over `max_body_bytes` is refused with RESOURCE_EXHAUSTED
+    before it is parsed, and a connection that has not finished its
+    handshake after `header_timeout` seconds is closed."""
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
 
     # KServe's errors (unknown model, bad input) become their status
@@ -298,7 +332,14 @@ def build_server(models, dataplane, host, port, access):
         ),
         # gRPC's default SO_REUSEPORT lets a second server listen on a
         # port in use, and clients' calls then reach either one.
-        options=(("grpc.so_reuseport", 0),),
+        options=(
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", limits["max_body_bytes"]),
+            (
+                "grpc.server_handshake_timeout_ms",
+                int(limits["header_timeout"] * 1000),
+            ),
+        ),
     )
     if has_tensorflow_serving_api():
         from tensorflow_serving.apis import (

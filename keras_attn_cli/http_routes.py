@@ -9,6 +9,7 @@ every route but the health routes). ASGI middleware and FastAPI routes;
 
 import json
 import re
+from urllib.parse import parse_qsl, urlencode
 
 from keras_attn_cli import access, registry
 from keras_attn_cli import tf_serving_api as api
@@ -130,19 +131,40 @@ class V2JsonBody:
 class VersionRoutes:
     """ASGI middleware: TensorFlow Serving's version and label routes
     (`/v1/models/NAME/versions/N[:predict|/metadata]`, `.../labels/L...`)
-    and KServe v2's (`/v2/models/NAME/versions/N/...`), each sent on to
-    the model registered for that version; a version not served, or a
-    label, is a 404 naming it."""
+    and KServe v2's (`/v2/models/NAME/versions/N/...`, and its
+    `?model_version=N` query), each sent on to the model registered for
+    that version; a version not served, or a label, is a 404 naming
+    it."""
 
     ROUTE = re.compile(
         r"/(v1|v2)/models/([^/:]+)/(versions|labels)/([^/:]+)(.*)"
     )
+    V2 = re.compile(r"/v2/models/([^/:]+)(/.*)?")
 
     def __init__(self, app, versions):
         self.app, self.versions = app, versions
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "") if scope["type"] == "http" else ""
+        query = parse_qsl(
+            (scope.get("query_string") or b"").decode("latin-1"),
+            keep_blank_values=True,
+        )
+        asked = [v for k, v in query if k == "model_version"]
+        if asked and self.V2.fullmatch(path):
+            name, rest = self.V2.fullmatch(path).groups()
+            try:
+                key = registry.lookup(self.versions, name, version=asked[-1])
+            except registry.NotServed as err:
+                return await _json(send, 404, str(err))
+            path = f"/v2/models/{key}{rest or ''}"
+            kept = urlencode([(k, v) for k, v in query if k != "model_version"])
+            scope = {
+                **scope,
+                "path": path,
+                "raw_path": path.encode(),
+                "query_string": kept.encode("latin-1"),
+            }
         found = self.ROUTE.fullmatch(path)
         if found:
             protocol, name, kind, value, rest = found.groups()

@@ -1,7 +1,8 @@
 """The request limits of `keras-attn serve`, one set for every protocol
 (TensorFlow Serving's REST and gRPC, KServe v2's, OpenAI's): their
 defaults (the flags `--max-body-bytes`, `--max-instances`,
-`--max-text-bytes`, `--max-streams`), the checks, the error a refused
+`--max-text-bytes`, `--max-streams`, `--header-timeout`,
+`--max-connections`), the checks, the error a refused
 request gets, and the one log line it leaves (`log_refusal`)."""
 
 import logging
@@ -17,6 +18,10 @@ LIMITS = {
     # is a 429 with `Retry-After`, not a queue without bound. `None`:
     # what the model's decode loops hold at once (`stream_limit`).
     "max_streams": None,
+    # Connections (HTTP; gRPC's handshake): seconds to send a request's
+    # headers, and how many may be open at once (`connections`).
+    "header_timeout": 10.0,
+    "max_connections": 1000,
 }
 
 # `max_streams` of a model that does not say what it holds at once.

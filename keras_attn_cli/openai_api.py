@@ -120,11 +120,7 @@ def _prompt(body, chat):
         )
     content = last.get("content")
     if isinstance(content, list):  # content parts: the text ones, joined
-        content = " ".join(
-            p.get("text", "")
-            for p in content
-            if isinstance(p, dict) and p.get("type") == "text"
-        )
+        content = " ".join(_text_parts(content, len(messages) - 1))
     if not isinstance(content, str):
         raise OpenAIError(
             "Expected the last message's content to be text. Received: "
@@ -132,6 +128,55 @@ def _prompt(body, chat):
             "messages",
         )
     return content
+
+
+def _text_parts(parts, index):
+    """The texts of a message's content parts (`messages[index]`): each
+    part an object with a `type`; a `"text"` part's `text` a string.
+    Parts of other types (images, audio) carry nothing a text model
+    reads, and are left out."""
+    texts = []
+    for j, part in enumerate(parts):
+        where = f"messages[{index}].content[{j}]"
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise OpenAIError(
+                f"Expected {where} to be an object with a string type. "
+                f"Received: {where}={_shown(part)}",
+                "messages",
+            )
+        if part["type"] != "text":
+            continue
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise OpenAIError(
+                f"Expected {where}.text to be a string. Received: "
+                f"{where}.text={_shown(text)}",
+                "messages",
+            )
+        texts.append(text)
+    return texts
+
+
+def _shown(value):
+    """`value` as an error message shows it: its repr, cut at 80
+    characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_unicode(text, param):
+    """An `OpenAIError` naming `param` for a text UTF-8 cannot encode (a
+    lone surrogate such as `"\\udc80"`, which JSON's `\\u` escapes can
+    carry)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise OpenAIError(
+            f"Expected {param} to be valid Unicode text. Received: a lone "
+            f"surrogate {text[err.start : err.end]!r} at character "
+            f"{err.start}",
+            param,
+        ) from None
 
 
 def parse_request(body, generative, chat=False):
@@ -142,6 +187,11 @@ def parse_request(body, generative, chat=False):
     if not isinstance(body, dict):
         raise OpenAIError("Expected a JSON object as the request body.")
     model = body.get("model")
+    if not isinstance(model, str):
+        raise OpenAIError(
+            f"Expected model to be a string. Received: model={_shown(model)}",
+            "model",
+        )
     if model not in generative:
         raise OpenAIError(
             f"The model {model!r} does not exist or is not generative; "
@@ -151,6 +201,7 @@ def parse_request(body, generative, chat=False):
             code="model_not_found",
         )
     prompt = _prompt(body, chat)
+    check_unicode(prompt, "messages" if chat else "prompt")
     if not prompt.strip() or not any(c.isalnum() for c in prompt):
         raise OpenAIError(
             "Expected a text with at least one letter or digit to "
@@ -193,6 +244,8 @@ def parse_request(body, generative, chat=False):
             f"non-empty strings. Received: stop={str(stop)[:80]!r}",
             "stop",
         )
+    for text in stop or ():
+        check_unicode(text, "stop")
     stream = _check_type(body, "stream", (bool,), "true or false") or False
     options = _check_type(body, "stream_options", (dict,), "an object") or {}
     return {
@@ -312,13 +365,26 @@ def held_back(text, stop):
     )
 
 
-def stream_events(settings, pieces, chat=False):
+def error_event(err):
+    """The server-sent event of a stream that failed after it began:
+    OpenAI's error object (a server error unless `err` is an
+    `OpenAIError` saying otherwise)."""
+    if not isinstance(err, OpenAIError):
+        err = OpenAIError(
+            f"The model failed while answering: {' '.join(str(err).split())}",
+            status=500,
+        )
+    return f"data: {json.dumps(error_body(err), ensure_ascii=False)}\n\n"
+
+
+def stream_events(settings, pieces, chat=False, on_error=lambda err: None):
     """Server-sent events of a streamed answer, from `pieces` (an async
     iterator of text as it is decoded): each piece as a chunk as soon as
     no stop string can begin in it, cut at a stop string or after
     `max_tokens` words, then the final chunk, the usage chunk if asked
-    for, and `[DONE]`. Async: the caller's `pieces` is closed when the
-    stream ends early."""
+    for, and `[DONE]`. A failure after the stream began ends it with an
+    error event (`error_event`, after `on_error(err)`) and `[DONE]`.
+    Async: the caller's `pieces` is closed when the stream ends early."""
     head = _head(settings, chat, chunk=True)
     event = _event_maker(head, chat)
 
@@ -327,20 +393,26 @@ def stream_events(settings, pieces, chat=False):
             yield event({"role": "assistant", "content": ""})
         text, sent, reason = "", 0, "stop"
         stops, limit = settings["stop"], settings["max_tokens"]
-        async for piece in pieces:
-            text += piece
-            cut, reason = finished(text, limit, stops)
-            if cut != text:  # a stop string, or past max_tokens
-                text = cut
-                break
-            # Held back: what could begin a stop string, and trailing
-            # spaces (a cut answer ends without them).
-            ready = len(text[: len(text) - held_back(text, stops)].rstrip())
-            if ready > sent:
-                yield event({"content": text[sent:ready]})
-                sent = ready
-        else:
-            text, reason = finished(text, limit, stops)
+        try:
+            async for piece in pieces:
+                text += piece
+                cut, reason = finished(text, limit, stops)
+                if cut != text:  # a stop string, or past max_tokens
+                    text = cut
+                    break
+                # Held back: what could begin a stop string, and trailing
+                # spaces (a cut answer ends without them).
+                ready = len(text[: len(text) - held_back(text, stops)].rstrip())
+                if ready > sent:
+                    yield event({"content": text[sent:ready]})
+                    sent = ready
+            else:
+                text, reason = finished(text, limit, stops)
+        except Exception as err:  # the model failed after the stream began
+            on_error(err)
+            yield error_event(err)
+            yield "data: [DONE]\n\n"
+            return
         if len(text) > sent:
             yield event({"content": text[sent:]})
         yield event({}, reason)

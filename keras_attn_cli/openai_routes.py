@@ -14,7 +14,13 @@ import time
 
 from keras_attn_cli import openai_api as rules
 from keras_attn_cli import tf_serving_api as api
-from keras_attn_cli.limits import check_text, stream_limit
+from keras_attn_cli.limits import (
+    LOGGER,
+    check_text,
+    log_refusal,
+    stream_limit,
+)
+from keras_attn_runtime.opener import PromptTooLong
 
 
 def add_openai_routes(app, models):
@@ -49,10 +55,14 @@ def add_openai_routes(app, models):
             check_text(
                 settings["prompt"].encode("utf-8"), "the prompt", model.limits
             )
+            _check_window(model.generator, settings["prompt"], chat)
             if settings["model"] in streams:
                 pieces = _counted_pieces(model, settings, active)
                 if settings["stream"]:
-                    events = rules.stream_events(settings, pieces, chat)
+                    failed = _failure_logger(request)
+                    events = rules.stream_events(
+                        settings, pieces, chat, on_error=failed
+                    )
                     return StreamingResponse(
                         events, media_type="text/event-stream"
                     )
@@ -60,10 +70,11 @@ def add_openai_routes(app, models):
             else:
                 text = await _complete(model, settings["prompt"])
         except rules.OpenAIError as err:
-            return _refused(err)
+            return _refused(err, request)
         except api.RequestError as err:
             return _refused(
-                rules.OpenAIError(str(err), "messages" if chat else "prompt")
+                rules.OpenAIError(str(err), "messages" if chat else "prompt"),
+                request,
             )
         text, reason = rules.finished(
             text, settings["max_tokens"], settings["stop"]
@@ -94,10 +105,38 @@ def add_openai_routes(app, models):
     return sorted(generative)
 
 
-def _refused(err):
-    """OpenAI's error answer for `err`; a 429 says when to retry."""
+def _failure_logger(request):
+    """`log(err)`: one ERROR line for a stream of `request` that failed
+    after it began (its client gets an error event)."""
+    route = f"{request.method} {request.url.path}"
+
+    def log(err):
+        LOGGER.error("stream %s: %s", route, " ".join(str(err).split()))
+
+    return log
+
+
+def _check_window(generator, prompt, chat):
+    """OpenAI's `context_length_exceeded` for a prompt longer than the
+    model reads (its `check_prompt`), before a stream begins."""
+    check = getattr(generator, "check_prompt", None)
+    try:
+        if check is not None:
+            check(prompt)
+    except PromptTooLong as err:
+        raise rules.OpenAIError(
+            str(err),
+            "messages" if chat else "prompt",
+            code="context_length_exceeded",
+        ) from None
+
+
+def _refused(err, request):
+    """OpenAI's error answer for `err`, logged in one line; a 429 says
+    when to retry."""
     from fastapi.responses import JSONResponse
 
+    log_refusal(err.status, f"{request.method} {request.url.path}", err)
     headers = {"Retry-After": "1"} if err.status == 429 else None
     return JSONResponse(
         rules.error_body(err), status_code=err.status, headers=headers
@@ -135,13 +174,15 @@ async def _complete(model, prompt):
     through the server's merged calls; a model failure is a 500 in
     OpenAI's form."""
     import numpy as np
-    from kserve.errors import InferenceError
+    from kserve.errors import InferenceError, InvalidInput
 
     key, output = rules.generative_signature(model.backend.signatures)
     try:
         out = await model.run(
             key, {"text": np.array([prompt.encode("utf-8")], object)}
         )
+    except InvalidInput as err:
+        raise rules.OpenAIError(str(err), "prompt") from None
     except InferenceError as err:
         raise rules.OpenAIError(str(err), status=500) from None
     value = np.asarray(out[output]).reshape(-1)[0]

@@ -116,6 +116,19 @@ SERVE_FLAGS = (
         "streams one model decodes at once (OpenAI); auto: the sentences "
         "its decode loops hold at once, else 8",
     ),
+    (
+        "--header-timeout",
+        float,
+        10.0,
+        "seconds a connection has to send a request's headers, after it "
+        "opens or its request begins; then it is closed",
+    ),
+    (
+        "--max-connections",
+        int,
+        1000,
+        "HTTP connections open at once; one more is closed at once",
+    ),
     ("--max-batch-size", int, 32, "most examples merged into one call"),
     ("--batch-wait-ms", float, 5.0, "longest wait for a batch to fill"),
 )

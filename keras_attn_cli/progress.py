@@ -20,11 +20,22 @@ class Progress:
         self.width = 0
 
     def update(self, done):
+        self.last = done
         if self.shown:
             line = f"{self.what} {done}/{self.total}"
             self.width = max(self.width, len(line))
             self.stream.write("\r" + line.ljust(self.width))
             self.stream.flush()
+
+    def emit(self, line):
+        """Print `line` on standard output at once (flushed: a finished
+        answer is not lost when the work is cut short), above the
+        progress line, which is drawn again after it."""
+        shown, self.last = self.width, getattr(self, "last", 0)
+        self.close()
+        print(line, flush=True)
+        if shown:
+            self.update(self.last)
 
     def close(self):
         if self.shown and self.width:

@@ -18,7 +18,14 @@ import logging
 import signal
 
 from keras_attn_cli import access as access_rule
-from keras_attn_cli import http_routes, openai_api, openai_routes, served
+from keras_attn_cli import (
+    connections,
+    http_routes,
+    openai_api,
+    openai_routes,
+    openapi_document,
+    served,
+)
 from keras_attn_cli.limits import LOGGER, log_refusal
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -127,6 +134,15 @@ def _serving_line(models, host, port, grpc_port):
     )
 
 
+# KServe's lines that say something untrue of this server (it serves
+# OpenAI's routes itself, `keras_attn_cli.openai_routes`).
+UNTRUE_LINES = ("OpenAI endpoints not registered",)
+
+
+def _untrue(record):
+    return not any(line in record.getMessage() for line in UNTRUE_LINES)
+
+
 def _set_log_level(level):
     """`level` on KServe's, uvicorn's and our loggers (KServe configures
     its own at import)."""
@@ -160,6 +176,9 @@ def _client_error_handlers(app):
         (InvalidInput, 400),
         (ModelNotFound, 404),
         (ModelNotReady, 503),
+        # KServe's routes this server never answers (`:explain`, which
+        # needs an explainer): left out of the OpenAPI document.
+        (NotImplementedError, 501),
     ):
         app.add_exception_handler(kind, handler(status))
 
@@ -188,6 +207,9 @@ def _run_server(models, host, sock, limits, log, access, log_level="info"):
         grace_period=30,
     )
     rest.config.host = host
+    rest.config.http = connections.limited_protocol(
+        limits["header_timeout"], limits["max_connections"]
+    )
     grpc_port = access.get("grpc_port", 0)
     stopping = []
     # uvicorn finishes the requests in flight on SIGTERM/SIGINT, then
@@ -201,7 +223,12 @@ def _run_server(models, host, sock, limits, log, access, log_level="info"):
             from keras_attn_cli import grpc_api
 
             rpc, bound = grpc_api.build_server(
-                models, server.dataplane, host, grpc_port, access
+                models,
+                server.dataplane,
+                host,
+                grpc_port,
+                access,
+                limits,
             )
             if not bound:
                 raise PortInUse("--grpc-port", host, grpc_port)
@@ -215,8 +242,13 @@ def _run_server(models, host, sock, limits, log, access, log_level="info"):
         try:
             if rpc is not None:
                 await rpc.start()
+            kserve_logger = logging.getLogger("kserve")
+            if _untrue not in kserve_logger.filters:
+                kserve_logger.addFilter(_untrue)
             rest.create_application()
             _client_error_handlers(app)  # after KServe's, to replace them
+            app.title = "keras-attn serve"
+            openapi_document.install(app, access.get("model_management"))
             _set_log_level(log_level)
             await uvicorn.Server(rest.config).serve(sockets=[sock])
         finally:

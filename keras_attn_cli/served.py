@@ -15,7 +15,7 @@ import numpy as np
 
 from keras_attn_cli import open_inference as oip
 from keras_attn_cli import tf_serving_api as api
-from keras_attn_runtime.opener import ModelError
+from keras_attn_runtime.opener import ModelError, PromptTooLong
 
 BATCHING = {"max_batch_size": 32, "batch_wait_ms": 5.0}
 
@@ -146,7 +146,7 @@ def served_model_class():
     """`ServedModel` subclasses `kserve.Model`, imported on first use."""
     import kserve
     from kserve import InferRequest
-    from kserve.errors import InferenceError, InvalidInput
+    from kserve.errors import InvalidInput
 
     class ServedModel(kserve.Model):
         """One model behind every protocol's routes."""
@@ -193,15 +193,7 @@ def served_model_class():
 
         async def run(self, key, inputs):
             """Signature `key` on `inputs`, merged where it can be."""
-            try:
-                if key in self.batchers:
-                    return await self.batchers[key].submit(inputs)
-                loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(
-                    self.executor, self.backend.run, key, inputs
-                )
-            except ModelError as err:
-                raise InferenceError(model_error(err)) from None
+            return await run_signature(self, key, inputs)
 
         async def _infer(self, request):
             """KServe v2's infer (REST, binary extension, gRPC) on the
@@ -222,6 +214,41 @@ def served_model_class():
             return v2_response(request, self.name, out)
 
     return ServedModel
+
+
+async def run_signature(model, key, inputs):
+    """`ServedModel.run`: signature `key` of `model` on `inputs`, merged
+    with other requests where it can be, on the model's executor. A text
+    past the model's window is an `InvalidInput` before any model work
+    (`check_prompts`); the model's own failure an `InferenceError`."""
+    from kserve.errors import InferenceError, InvalidInput
+
+    try:
+        check_prompts(model.backend, inputs)
+    except PromptTooLong as err:
+        raise InvalidInput(str(err)) from None
+    try:
+        if key in model.batchers:
+            return await model.batchers[key].submit(inputs)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            model.executor, model.backend.run, key, inputs
+        )
+    except ModelError as err:
+        raise InferenceError(model_error(err)) from None
+
+
+def check_prompts(backend, inputs):
+    """A `PromptTooLong` for a text of `inputs` longer than `backend`'s
+    window (its `check_prompt`, where it has one): checked before the
+    text is merged with others, whose calls it must not fail."""
+    check = getattr(backend, "check_prompt", None)
+    if check is None or "text" not in inputs:
+        return
+    for text in np.asarray(inputs["text"]).reshape(-1):
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        check(str(text))
 
 
 def v2_response(request, model_name, outputs):

@@ -43,7 +43,14 @@ def parse_json(body):
 
 def _decode_string(value, where):
     if isinstance(value, str):
-        return value.encode("utf-8")
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate ("\\udc80")
+            raise RequestError(
+                f"Expected valid Unicode text in {where}. Received: a lone "
+                f"surrogate {value[err.start : err.end]!r} at character "
+                f"{err.start}"
+            ) from None
     if isinstance(value, dict) and set(value) == {"b64"}:
         try:
             return base64.b64decode(value["b64"], validate=True)

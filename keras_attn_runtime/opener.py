@@ -66,6 +66,19 @@ class ModelError(RuntimeError):
     """The model failed on its inputs (the message says where)."""
 
 
+class PromptTooLong(ValueError):
+    """A text longer than the model reads at once (its window): the
+    client's error, not the model's. `limit` and `received` count the
+    model's `unit` (words, subword tokens, tokens)."""
+
+    def __init__(self, limit, received, unit, per=""):
+        self.limit, self.received, self.unit = limit, received, unit
+        super().__init__(
+            f"Expected a text of at most {limit} {unit}{per} (the model's "
+            f"window). Received: {received} {unit}"
+        )
+
+
 def is_saved_model(folder):
     return os.path.isfile(os.path.join(folder, "saved_model.pb"))
 
@@ -160,6 +173,18 @@ class TranslatorArtifact:
             self.stream_capacity = loops.capacity
             self.stream, self.concurrent_streams = self._stream, True
 
+    def check_prompt(self, text):
+        """A `PromptTooLong` when a piece of `text` (a clause, for a file
+        that cuts long inputs) has more tokens than the file reads."""
+        translator = self.translator
+        for piece in translator.pieces(text):
+            count = translator.token_count(piece)
+            if count > translator.length:
+                per = " per clause" if translator.segmenter is not None else ""
+                raise PromptTooLong(
+                    translator.length, count, translator.token_unit, per
+                )
+
     def _stream(self, text, stop=None):
         """The pieces of `text`'s translation, until `stop` (a
         `threading.Event`) is set: the sentence then leaves the loop at
@@ -167,7 +192,10 @@ class TranslatorArtifact:
         return self.translator.stream(text, stop=stop)
 
     def run(self, signature, inputs):
-        out = [self.translator.translate(t) for t in _texts(inputs)]
+        texts = _texts(inputs)
+        for text in texts:
+            self.check_prompt(text)
+        out = [self.translator.translate(t) for t in texts]
         return {"translation": np.array(out, dtype=object)}
 
 

@@ -191,20 +191,33 @@ class LiteRTTranslator:
         model; an `[UNK]` subword is its whole word) and their ids; a
         `ValueError` when there are more than the model reads, unless
         `truncate`."""
-        (text,) = as_texts([text], "text")
-        found = [t for t in self.standardize(text).split(" ") if t]
-        if self.subwords is None:
-            ids = [self.index.get(t, 1) for t in found]
-        else:
-            ids, found = wordpiece(found, self.index, **self.subwords)
+        found, ids = self._all_tokens(text)
         if len(found) > self.length and not truncate:
-            kind = "words" if self.subwords is None else "subword tokens"
+            kind = self.token_unit
             raise ValueError(
                 f"Expected at most {self.length} {kind} (the translator "
                 f"reads no more). Received: text with {len(found)} {kind}; "
                 "pass truncate=True to translate the first ones"
             )
         return found[: self.length], ids[: self.length]
+
+    @property
+    def token_unit(self):
+        """What the file reads: `"words"`, or `"subword tokens"`."""
+        return "words" if self.subwords is None else "subword tokens"
+
+    def token_count(self, text):
+        """How many source tokens `text` has, all of them (`length` is
+        how many the file reads)."""
+        return len(self._all_tokens(text)[0])
+
+    def _all_tokens(self, text):
+        (text,) = as_texts([text], "text")
+        found = [t for t in self.standardize(text).split(" ") if t]
+        if self.subwords is None:
+            return found, [self.index.get(t, 1) for t in found]
+        ids, found = wordpiece(found, self.index, **self.subwords)
+        return found, ids
 
     def source_words(self, text, truncate=False):
         """The source tokens of `text` (see `source_tokens`)."""

@@ -174,11 +174,52 @@ def test_no_library_function_over_80_lines(tmp_path):
     assert long_functions(str(probe)) == [("f", 81)]
 
 
+def shipped_bytes(root):
+    """The bytes of what `root`'s git tracks under `saved_models/` (the
+    models' distribution): what an engine writes beside a model at run
+    time (LiteRT-LM's `*.xnnpack_cache`, ignored by git) is not shipped.
+    Outside a git checkout, every file but those git would ignore."""
+    import subprocess
+
+    folder = os.path.join(root, "saved_models")
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--", "saved_models"],
+            cwd=root,
+            capture_output=True,
+            check=True,
+        ).stdout.split(b"\0")
+        paths = [os.path.join(root, p.decode()) for p in listed if p]
+    except (OSError, subprocess.CalledProcessError):
+        paths = [
+            os.path.join(d, n)
+            for d, _, names in os.walk(folder)
+            for n in names
+            if not n.endswith(".xnnpack_cache")
+        ]
+    return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+
+
 def test_the_shipped_models_fit_the_size_budget():
     # `saved_models/` stays under 48 MiB (the models' distribution).
-    total = sum(
-        os.path.getsize(os.path.join(folder, name))
-        for folder, _, names in os.walk(os.path.join(ROOT, "saved_models"))
-        for name in names
-    )
+    total = shipped_bytes(ROOT)
     assert total < 48 * 2**20, f"{total / 2**20:.2f} MiB"
+
+
+def test_the_budget_counts_what_git_ships_not_what_engines_write(tmp_path):
+    import subprocess
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    models = tmp_path / "saved_models" / "m"
+    models.mkdir(parents=True)
+    (models / "model.tflite").write_bytes(b"x" * 10)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "m"], cwd=tmp_path, check=True)
+    # `litert-lm run` leaves its cache beside the bundle.
+    (models / "model.litertlm.xnnpack_cache").write_bytes(b"c" * 1000)
+    assert shipped_bytes(str(tmp_path)) == 10
+    (models / "new.tflite").write_bytes(b"n" * 5)  # tracked once added
+    new = str(models / "new.tflite")
+    subprocess.run(["git", "add", new], cwd=tmp_path, check=True)
+    assert shipped_bytes(str(tmp_path)) == 15

@@ -79,14 +79,14 @@ class TextGenerator:
             "prompt_suffix": self.prompt_suffix,
         }
 
-    def prompt_ids(self, text):
+    def prompt_ids(self, text, check=True):
         """The ids the engine feeds for `text`: start token, then the
         prompt with its prefix and suffix (a `ValueError` when they leave
-        no room in the context)."""
+        no room in the context, unless `check=False`)."""
         prompt = f"{self.prompt_prefix}{text}{self.prompt_suffix}"
         ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids
         ids = [self.tokenizer.token_to_id(self.start_token), *ids]
-        if len(ids) >= self.context_length:
+        if check and len(ids) >= self.context_length:
             raise ValueError(
                 f"Expected prompts of fewer than {self.context_length} "
                 f"tokens. Received: a prompt of {len(ids)} tokens, "

@@ -27,10 +27,13 @@ def explain(args):
         raise ValueError("Give the text or --file, not both.")
     if args.file is not None:
         text = "\n".join(read_text_file(args.file, "--file"))
+        where = f"--file={args.file!r}, holding"
     else:
-        text = args.text
+        text, where = args.text, "text="
     if text is None or not text.strip():
-        raise ValueError(f"Expected a non-empty text. Received: {text!r}")
+        raise ValueError(
+            f"Expected a non-empty text. Received: {where}{text!r}"
+        )
     if os.path.lexists(args.out) and not os.path.isdir(args.out):
         raise ValueError(
             f"Expected a folder for the pictures. Received: --out="

@@ -95,6 +95,12 @@ def demo(args):
 
 
 def predict(args):
+    for i, text in enumerate(args.text or ()):
+        if not text.strip():  # a blank line of a --file is scored
+            where = "text" if len(args.text) == 1 else f"text {i + 1}"
+            raise ValueError(
+                f"Expected a non-empty text. Received: {where}={text!r}"
+            )
     score = scorer(resolve_model(args.artifact, "artifact", "any", args), args)
     texts = iter_texts(args)
     while True:

@@ -83,18 +83,18 @@ def print_translations(path, texts, alignment=False, allow_unsafe=False):
     import tensorflow as tf
 
     fn = load_translator(path, allow_unsafe)
-    translations, first = [], None
+    first = None
     with Progress("translating", len(texts)) as progress:
         for start in range(0, len(texts), TRANSLATE_CHUNK):
             chunk = texts[start : start + TRANSLATE_CHUNK]
             out = run_model(fn, tf.constant(chunk))
             _check_length(out, chunk)
-            first = first or out
-            translations += [t.decode() for t in out["translation"].numpy()]
+            if first is None:
+                first = out
+                progress.emit(f"Translator: {path}\n")
+            french = [t.decode() for t in out["translation"].numpy()]
+            _emit(progress, chunk, french)
             progress.update(start + len(chunk))
-    print(f"Translator: {path}\n")
-    for text, fr in zip(texts, translations, strict=True):
-        print(f"{text}  ->  {fr}")
     if alignment:
         src = _tokens(first["source_tokens"].numpy()[0])
         tgt = _tokens(first["target_tokens"].numpy()[0])
@@ -108,14 +108,12 @@ def _print_litert_translations(path, texts, alignment=False):
 
     translator = LiteRTTranslator(path)
     check_clause_lengths(translator, texts)
-    out = []
     with Progress("translating", len(texts)) as progress:
-        for text in texts:
-            out.append(interruptible(translator.translate, text))
-            progress.update(len(out))
-    print(f"Translator: {path}\n")
-    for text, fr in zip(texts, out, strict=True):
-        print(f"{text}  ->  {fr}")
+        progress.emit(f"Translator: {path}\n")
+        for done, text in enumerate(texts, 1):
+            french = interruptible(translator.translate, text)
+            _emit(progress, [text], [french])
+            progress.update(done)
     if alignment:
         ids, attention, words = translator.translate_ids(texts[0])
         target = [translator.target_vocab[i] for i in ids]
@@ -130,16 +128,35 @@ def _print_generated(path, texts):
     from keras_attn.models import TextGenerator
 
     generator = TextGenerator.load(path)
-    out = []
+    for text in texts:
+        _check_window(generator, text)
     with Progress("translating", len(texts)) as progress:
+        progress.emit(f"Translator: {path}\n")
         for start in range(0, len(texts), TRANSLATE_CHUNK):
             chunk = texts[start : start + TRANSLATE_CHUNK]
-            out += interruptible(generator.generate, chunk)
-            progress.update(len(out))
-    print(f"Translator: {path}\n")
-    for text, fr in zip(texts, out, strict=True):
-        print(f"{text}  ->  {fr}")
+            _emit(progress, chunk, interruptible(generator.generate, chunk))
+            progress.update(start + len(chunk))
     return 0
+
+
+def _check_window(generator, text):
+    """A decoder-only model's refusal of a text past its window, saying
+    what translates long texts: the default translator, which cuts them
+    into clauses."""
+    try:
+        generator.prompt_ids(text)
+    except ValueError as err:
+        raise ValueError(
+            f"{err}. A decoder-only model reads one window; `keras-attn "
+            "translate` without --model (the seq2seq translator) cuts a "
+            "long text into clauses."
+        ) from None
+
+
+def _emit(progress, texts, translations):
+    """Each text and its translation, printed as soon as it is done."""
+    for text, french in zip(texts, translations, strict=True):
+        progress.emit(f"{text}  ->  {french}")
 
 
 def translate(args):

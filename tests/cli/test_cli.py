@@ -132,17 +132,18 @@ def test_predict_reads_files_and_stdin(files, tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("artifact", ["model.keras", "sm", "model.tflite"])
-def test_no_known_word_gets_no_verdict(files, capsys, artifact):
+def test_no_known_word_gets_no_verdict(files, capsys, artifact, tmp_path):
     folder, _ = files
+    blank = tmp_path / "blank.txt"  # a file's blank lines are scored
+    blank.write_text("\n   \ngreat film\n")
     code, out, err = cli(
         capsys,
         "predict",
         str(folder / artifact),
-        "",
-        "   ",
         "\U0001f600",
         "zzqqxx wwvvyy",  # unknown words only: 0.4828 from a SavedModel
-        "great film",
+        "--file",
+        str(blank),
     )
     assert code == 0, err
     lines = out.splitlines()
@@ -172,7 +173,13 @@ def test_empty_inputs(files, tmp_path, capsys):
     assert_clean_error(code, err, "non-empty sentence")
     assert not out_png.exists()
     code, _, err = cli(capsys, "explain", str(folder / "model.keras"), "")
-    assert_clean_error(code, err, "non-empty text")
+    assert_clean_error(code, err, "non-empty text. Received: text=''")
+    for texts in ([""], ["fine", "  "]):
+        code, out, err = cli(
+            capsys, "predict", str(folder / "model.keras"), *texts
+        )
+        assert_clean_error(code, err, "non-empty text. Received: text")
+        assert out == ""
     code, _, err = cli(
         capsys, "explain", str(folder / "model.keras"), "\U0001f600 zzqqxx"
     )

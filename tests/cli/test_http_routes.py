@@ -25,7 +25,9 @@ async def _app(scope, receive, send):
     await send({"type": "http.response.body", "body": body})
 
 
-def call(app, path="/v1/models/m:predict", headers=(), chunks=(b"{}",)):
+def call(
+    app, path="/v1/models/m:predict", headers=(), chunks=(b"{}",), query=b""
+):
     """`(status, JSON body, headers)` of one request through `app`."""
     sent, pending = [], list(chunks)
 
@@ -40,7 +42,12 @@ def call(app, path="/v1/models/m:predict", headers=(), chunks=(b"{}",)):
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "path": path, "headers": list(headers)}
+    scope = {
+        "type": "http",
+        "path": path,
+        "headers": list(headers),
+        "query_string": query,
+    }
     try:
         asyncio.run(app(scope, receive, send))
     except Exception as err:  # what the server would turn into an answer
@@ -87,3 +94,36 @@ def test_the_token_file_holds_one_printable_token(tmp_path):
             http_routes.read_token(str(bad))
     with pytest.raises(ValueError, match="Could not read --auth-token-file"):
         http_routes.read_token(str(tmp_path / "missing"))
+
+
+async def _echo(scope, receive, send):
+    """Answers 200 with the path and query it was sent."""
+    body = json.dumps(
+        {"path": scope["path"], "query": scope["query_string"].decode()}
+    ).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_v2s_model_version_query_reaches_the_served_version():
+    """KServe v2's `?model_version=N` (in its OpenAPI document) names a
+    version as `/versions/N` does: a served one answers, another version
+    or an unknown model is a 404 naming what is served."""
+    versions = {"m": {"1": "m@1", "2": "m"}, "solo": {"1": "solo"}}
+    app = http_routes.VersionRoutes(_echo, versions)
+    infer = "/v2/models/m/infer"
+    status, body, _ = call(app, infer, query=b"model_version=1&x=y")
+    assert status == 200
+    assert body == {"path": "/v2/models/m@1/infer", "query": "x=y"}
+    assert call(app, infer, query=b"model_version=2")[1]["path"] == infer
+    solo = "/v2/models/solo/infer"
+    status, body, _ = call(app, solo, query=b"model_version=1")
+    assert (status, body["path"]) == (200, solo)
+    status, body, _ = call(app, infer, query=b"model_version=3")
+    assert status == 404 and "no version '3'" in body["error"]
+    status, body, _ = call(
+        app, "/v2/models/nope/infer", query=b"model_version=1"
+    )
+    assert status == 404 and "Unknown model 'nope'" in body["error"]
+    # Without the query, nothing changes.
+    assert call(app, infer)[1] == {"path": infer, "query": ""}

@@ -161,11 +161,111 @@ def test_a_completion_request_is_read_with_openais_defaults():
     ],
 )
 def test_a_bad_request_is_refused_naming_its_parameter(body, param, status):
+    _refused_naming(body, param, status)
+
+
+def _refused_naming(body, param, status=400, chat=False):
     with pytest.raises(oa.OpenAIError) as info:
-        oa.parse_request(body, GENERATIVE)
+        oa.parse_request(body, GENERATIVE, chat=chat)
     assert info.value.param == param and info.value.status == status
+    assert status == 404 or "Received" in str(info.value)
     error = oa.error_body(info.value)["error"]
     assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("model", [[], {}, ["translator"], 3, None])
+def test_a_model_that_is_not_a_string_is_a_400_naming_model(model):
+    for chat in (False, True):
+        body = {
+            "model": model,
+            "prompt": "Hi.",
+            "messages": [{"role": "user", "content": "Hi."}],
+        }
+        _refused_naming(body, "model", chat=chat)
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "text", "text": None},
+        {"type": "text", "text": 5},
+        {"type": "text", "text": ["Hi."]},
+        {"type": "text", "text": {"value": "Hi."}},
+        {"type": "text", "text": True},
+        {"type": "text"},
+        {"type": None, "text": "Hi."},
+        {"type": 3},
+        "Hi.",
+        None,
+        ["text", "Hi."],
+        7,
+        True,
+    ],
+)
+def test_a_content_part_of_the_wrong_type_is_a_400_naming_messages(part):
+    body = {
+        "model": "translator",
+        "messages": [{"role": "user", "content": [part]}],
+    }
+    with pytest.raises(oa.OpenAIError) as info:
+        oa.parse_request(body, GENERATIVE, chat=True)
+    assert info.value.param == "messages" and info.value.status == 400
+    assert "messages[0].content[0]" in str(info.value)
+
+
+def test_parts_of_other_types_are_left_out():
+    body = {
+        "model": "translator",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "x"}},
+                    {"type": "text", "text": "Hi."},
+                ],
+            }
+        ],
+    }
+    assert oa.parse_request(body, GENERATIVE, chat=True)["prompt"] == "Hi."
+
+
+@pytest.mark.parametrize(
+    "body, param, chat",
+    [
+        ({"model": "translator", "prompt": "Hi \udc80."}, "prompt", False),
+        ({"model": "translator", "prompt": ["\ud800 x"]}, "prompt", False),
+        (
+            {
+                "model": "translator",
+                "messages": [{"role": "user", "content": "Hi \udc80."}],
+            },
+            "messages",
+            True,
+        ),
+        (
+            {
+                "model": "translator",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "a\udfff"}],
+                    }
+                ],
+            },
+            "messages",
+            True,
+        ),
+        (
+            {"model": "translator", "prompt": "Hi.", "stop": ["\udc80"]},
+            "stop",
+            False,
+        ),
+    ],
+)
+def test_a_lone_surrogate_is_a_400_naming_its_field(body, param, chat):
+    # JSON's \u escapes carry lone surrogates into Python strings.
+    body = json.loads(json.dumps(body))
+    _refused_naming(body, param, chat=chat)
 
 
 def test_a_chat_must_end_with_the_users_message():

@@ -161,6 +161,79 @@ def test_a_client_that_hangs_up_stops_the_decoding(serving):
     asyncio.run(run())
 
 
+class Windowed(Gated):
+    """A stand-in whose window is three words; its stream fails after
+    its first piece when the prompt says "fail"."""
+
+    def check_prompt(self, text):
+        from keras_attn_runtime.opener import PromptTooLong
+
+        if len(text.split()) > 3:
+            raise PromptTooLong(3, len(text.split()), "words")
+
+    def stream(self, text, stop):
+        if "fail" in text:
+            yield "Je"
+            raise RuntimeError("the interpreter\nfell over")
+        yield from super().stream(text, stop)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_prompt_past_the_window_is_a_400_before_any_stream(
+    serving, caplog, stream, chat
+):
+    base, model = serving(LIMITS, Windowed())
+    long = "one two three four five"
+    if chat:
+        url = "/openai/v1/chat/completions"
+        body = {"model": "lm", "messages": [{"role": "user", "content": long}]}
+    else:
+        url, body = "/openai/v1/completions", {"model": "lm", "prompt": long}
+    with caplog.at_level("WARNING", logger="keras_attn.serve"):
+        got = httpx.post(base + url, json={**body, "stream": stream})
+    assert got.status_code == 400
+    assert got.headers["content-type"].startswith("application/json")
+    error = got.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert error["param"] == ("messages" if chat else "prompt")
+    assert "at most 3 words" in error["message"]
+    assert "Received: 5 words" in error["message"]
+    lines = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(lines) == 1 and "400" in lines[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records)
+
+
+def test_a_stream_that_fails_after_it_began_ends_with_an_error_and_done(
+    serving, caplog
+):
+    base, model = serving({**LIMITS, "max_streams": 1}, Windowed())
+
+    async def run():
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            url = "/openai/v1/completions"
+            body = {**BODY, "prompt": "fail now"}
+            got = await client.post(url, json=body)
+            assert got.status_code == 200
+            lines = [x for x in got.text.split("\n\n") if x]
+            assert lines[-1] == "data: [DONE]"
+            error = json.loads(lines[-2][len("data: ") :])["error"]
+            assert error["type"] == "server_error"
+            assert "fell over" in error["message"]
+            assert json.loads(lines[0][6:])["choices"][0]["text"] == "Je"
+            # Its place is free again (the limit is one stream).
+            for _ in range(3):
+                model.backend.gate.release()
+            again = await client.post(url, json=BODY)
+            assert again.status_code == 200 and "[DONE]" in again.text
+
+    with caplog.at_level("WARNING", logger="keras_attn.serve"):
+        asyncio.run(run())
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "fell over" in errors[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records)
+
+
 TEXTS = ["a b c", "d .", "c c a b", "a", "a zz b", "b d c"]
 
 

@@ -62,3 +62,20 @@ def test_a_merged_call_is_cut_back_to_each_requests_width():
     assert first["tokens"].tolist() == [[b"a"]]
     second = signature.own_part(merged, 1, 1)
     assert second["tokens"].tolist() == [[b"b", b"c"]]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"instances": ["I am \\udc80 here"]}',
+        '{"instances": [{"text": "\\ud800"}]}',
+        '{"inputs": {"text": ["ok", "\\udfff"]}}',
+    ],
+)
+def test_a_lone_surrogate_is_a_request_error_naming_the_example(body):
+    # JSON's \u escapes carry lone surrogates, which UTF-8 cannot encode.
+    with pytest.raises(api.RequestError, match="lone surrogate") as info:
+        api.parse_predict(
+            api.parse_json(body), {"serving_default": CLASSIFIER}, LIMITS
+        )
+    assert "example" in str(info.value) and "Received" in str(info.value)

@@ -95,3 +95,27 @@ def test_streamed_pieces_join_to_the_generated_text():
         first.append(piece)
         stop.set()  # a client hung up: nothing more is decoded
     assert len(first) == 1
+
+
+def test_a_served_folder_refuses_a_prompt_past_its_window_as_the_clients(
+    tmp_path,
+):
+    """The folder's artifact (`keras_attn.opener.TextGeneratorArtifact`)
+    refuses a prompt that leaves no room to answer with `PromptTooLong`
+    (a 400 when served), before the model runs; the limit is one less
+    than the context, as `prompt_ids` counts."""
+    from keras_attn.opener import PromptTooLong, TextGeneratorArtifact
+
+    generator().save(str(tmp_path))
+    artifact = TextGeneratorArtifact(str(tmp_path))
+    fits = " ".join(["w7"] * 13)  # start + 13 + [sep] = 15 ids
+    artifact.check_prompt(fits)
+    assert len(artifact.generator.prompt_ids(fits)) == 15
+    long = " ".join(["w7"] * 14)
+    for call in (
+        lambda: artifact.check_prompt(long),
+        lambda: artifact.run("generate", {"text": [long.encode()]}),
+    ):
+        with pytest.raises(PromptTooLong) as info:
+            call()
+        assert (info.value.limit, info.value.received) == (15, 16)

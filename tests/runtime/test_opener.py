@@ -300,3 +300,33 @@ def test_the_command_line_registers_the_tensorflow_kinds(monkeypatch):
     artifact = open_model(os.path.join(SHIPPED, "imdb_ssa"))
     assert artifact.kind == "saved_model"
     assert opener.registered() == ["keras", "saved_model"]
+
+
+def test_a_translators_window_is_checked_per_clause_before_it_runs():
+    """`check_prompt` refuses a clause past the file's `source_length`
+    with `PromptTooLong` (a client's error: a 400 when served), and
+    `run` refuses it before any model call; a long text the segmenter
+    cuts into short clauses passes."""
+    path = os.path.join(SHIPPED, "translation_en_fr", "model.tflite")
+    if not os.path.isfile(path):
+        pytest.skip("no shipped translator")
+    artifact = opener.open_litert(path)
+    translator = artifact.translator
+    artifact.check_prompt("I am tired.")
+    cut = " ".join(["the cat and the dog"] * 20)
+    assert translator.token_count(cut) > translator.length
+    artifact.check_prompt(cut)  # clause by clause, each short
+    long = " ".join(["xyzzyplughquux"] * 12)  # one clause, no cut
+    count = translator.token_count(long)
+    assert count > translator.length
+    for call in (
+        lambda: artifact.check_prompt(long),
+        lambda: artifact.run("translate", {"text": [long.encode()]}),
+    ):
+        with pytest.raises(opener.PromptTooLong) as info:
+            call()
+        assert (info.value.limit, info.value.received) == (
+            translator.length,
+            count,
+        )
+        assert f"at most {translator.length} subword tokens" in str(info.value)

@@ -1,0 +1,94 @@
+"""Connection limits on `keras-attn serve`'s HTTP port (`keras_attn_cli.
+connections`), on a real uvicorn server in a thread: a connection that
+sends nothing, or half a request's headers, is closed after the header
+timeout; one past `--max-connections` is closed at once; each is
+counted; a request sent in time is answered."""
+
+import socket
+import threading
+import time
+
+import pytest
+
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("httptools")
+pytest.importorskip("prometheus_client")
+
+
+async def hello(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"hi"})
+
+
+@pytest.fixture
+def server():
+    from keras_attn_cli.connections import limited_protocol
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(
+        hello,
+        port=port,
+        log_level="error",
+        http=limited_protocol(0.5, 3),
+        lifespan="off",
+    )
+    running = uvicorn.Server(config)
+    threading.Thread(target=running.run, daemon=True).start()
+    while not running.started:
+        time.sleep(0.02)
+    yield port
+    running.should_exit = True
+
+
+def closed_within(sock, seconds):
+    """Whether the server closed `sock` within `seconds`."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1024) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def count(reason):
+    from keras_attn_cli.connections import closed_counter
+
+    return closed_counter().labels(reason)._value.get()
+
+
+def test_silent_and_half_sent_connections_are_closed_and_counted(server):
+    before = count("header_timeout")
+    silent = socket.create_connection(("127.0.0.1", server))
+    half = socket.create_connection(("127.0.0.1", server))
+    half.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # no blank line
+    started = time.monotonic()
+    assert closed_within(silent, 5) and closed_within(half, 5)
+    assert 0.4 < time.monotonic() - started < 4
+    assert count("header_timeout") == before + 2
+    for sock in (silent, half):
+        sock.close()
+
+
+def test_a_request_in_time_is_answered_and_keeps_its_connection(server):
+    sock = socket.create_connection(("127.0.0.1", server))
+    for _ in range(2):  # two requests on one connection
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.settimeout(5)
+        assert b"200 OK" in sock.recv(1024)
+    sock.close()
+
+
+def test_a_connection_past_the_limit_is_closed_at_once(server):
+    before = count("max_connections")
+    held = [socket.create_connection(("127.0.0.1", server)) for _ in range(3)]
+    time.sleep(0.1)
+    extra = socket.create_connection(("127.0.0.1", server))
+    assert closed_within(extra, 0.4)  # before the header timeout
+    assert count("max_connections") == before + 1
+    for sock in (*held, extra):
+        sock.close()

@@ -1,0 +1,88 @@
+"""`keras-attn translate` prints each translation as soon as it is done:
+a run cut short (Ctrl-C, a failure) keeps the finished ones on standard
+output. Stand-in translators; no model is loaded."""
+
+import pytest
+
+from keras_attn_cli.commands import translating
+
+
+class Cut:
+    """Translates by upper-casing; the call after `limit` is a Ctrl-C."""
+
+    def __init__(self, limit):
+        self.calls, self.limit = 0, limit
+
+    def __call__(self, text):
+        self.calls += 1
+        if self.calls > self.limit:
+            raise KeyboardInterrupt
+        return text.upper()
+
+
+def test_a_litert_run_cut_short_keeps_the_finished_translations(
+    monkeypatch, capsys
+):
+    import keras_attn_runtime
+
+    cut = Cut(limit=2)
+
+    class Translator:
+        def __init__(self, path):
+            self.translate = cut
+
+    monkeypatch.setattr(keras_attn_runtime, "LiteRTTranslator", Translator)
+    monkeypatch.setattr(translating, "check_clause_lengths", lambda *a: None)
+    texts = ["one.", "two.", "three.", "four."]
+    with pytest.raises(KeyboardInterrupt):
+        translating._print_litert_translations("m.tflite", texts)
+    out = capsys.readouterr().out
+    assert "one.  ->  ONE." in out and "two.  ->  TWO." in out
+    assert "three" not in out
+
+
+def test_a_decoder_only_run_prints_each_chunk_as_it_is_done(
+    monkeypatch, capsys
+):
+    import keras_attn.models
+
+    calls = []
+
+    class Generator:
+        @classmethod
+        def load(cls, path):
+            return cls()
+
+        def prompt_ids(self, text):
+            return [1]
+
+        def generate(self, texts):
+            calls.append(len(texts))
+            if len(calls) > 1:
+                raise KeyboardInterrupt
+            return [t.upper() for t in texts]
+
+    monkeypatch.setattr(keras_attn.models, "TextGenerator", Generator)
+    monkeypatch.setattr(translating, "TRANSLATE_CHUNK", 2)
+    with pytest.raises(KeyboardInterrupt):
+        translating._print_generated("folder", ["a.", "b.", "c.", "d."])
+    out = capsys.readouterr().out
+    assert "a.  ->  A." in out and "b.  ->  B." in out and "c." not in out
+
+
+def test_a_decoder_only_window_refusal_points_to_the_clause_translator(
+    monkeypatch,
+):
+    import keras_attn.models
+
+    class Generator:
+        @classmethod
+        def load(cls, path):
+            return cls()
+
+        def prompt_ids(self, text):
+            raise ValueError("Expected prompts of fewer than 128 tokens")
+
+    monkeypatch.setattr(keras_attn.models, "TextGenerator", Generator)
+    with pytest.raises(ValueError, match="cuts a long text into clauses"):
+        translating._print_generated("folder", ["long " * 2000])
