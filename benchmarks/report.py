@@ -140,6 +140,23 @@ def extras(data):
     if data.get("streaming"):  # benchmarks.translator_streaming
         lines += ["", "The streaming file, greedy and beam search:", ""]
         lines += table(data["streaming"])
+    soak = data.get("summary")  # benchmarks.serving_soak
+    if soak and "tracebacks_in_log" in soak:
+        lines += [
+            "",
+            f"RSS after warm-up {soak['rss_after_warm_up_mib']} MiB, at the "
+            f"end {soak['rss_at_end_mib']} MiB "
+            f"({soak['growth_after_warm_up_mib']:+} MiB); "
+            f"{soak['requests_total']} requests; tracebacks in the log: "
+            f"{soak['tracebacks_in_log']}; WARNING lines: "
+            f"{soak['warning_lines']}.",
+            "",
+            "| requests | answers (status: count; 0: connection closed) |",
+            "|---|---|",
+        ]
+        for kind, counts in soak["requests"].items():
+            shown = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+            lines.append(f"| {kind} | {shown} |")
     real = data.get("real_reviews")
     if real:
         lines += [

@@ -186,11 +186,20 @@ NEVER_SERVED = ("/v1/models/{model_name}:explain",)
 MANAGEMENT_PREFIX = "/v2/repository/"
 
 
-def corrected(document, model_management=False):
+def corrected(document, model_management=False, model_names=()):
     """`document` (FastAPI's) true to the routes: those never served left
     out (and the repository routes unless `model_management`), a body and
-    answers for each route in `BODIES`."""
+    answers for each route in `BODIES`, and a path's `model_name` one of
+    `model_names` where they are given (another is a 404)."""
     paths = document.setdefault("paths", {})
+    for operations in paths.values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", ()):
+                if parameter.get("name") == "model_name" and model_names:
+                    parameter["schema"] = {
+                        "type": "string",
+                        "enum": sorted(model_names),
+                    }
     for path in list(paths):
         if path in NEVER_SERVED or (
             path.startswith(MANAGEMENT_PREFIX) and not model_management
@@ -208,7 +217,7 @@ def corrected(document, model_management=False):
     return document
 
 
-def install(app, model_management=False):
+def install(app, model_management=False, model_names=()):
     """`app.openapi` (FastAPI's `/openapi.json`) answering `corrected`'s
     document, made once, and the `/docs` and `/redoc` pages reading
     it."""
@@ -220,7 +229,9 @@ def install(app, model_management=False):
             document = get_openapi(
                 title=app.title, version=app.version, routes=app.routes
             )
-            app.openapi_schema = corrected(document, model_management)
+            app.openapi_schema = corrected(
+                document, model_management, model_names
+            )
         return app.openapi_schema
 
     app.openapi = openapi

@@ -248,7 +248,11 @@ def _run_server(models, host, sock, limits, log, access, log_level="info"):
             rest.create_application()
             _client_error_handlers(app)  # after KServe's, to replace them
             app.title = "keras-attn serve"
-            openapi_document.install(app, access.get("model_management"))
+            openapi_document.install(
+                app,
+                access.get("model_management"),
+                sorted({m.public_name for m in models.values()}),
+            )
             _set_log_level(log_level)
             await uvicorn.Server(rest.config).serve(sockets=[sock])
         finally:

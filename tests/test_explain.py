@@ -224,3 +224,33 @@ def test_the_int8_edge_file_explains_itself(tmp_path):
     assert keras_attn_cli.main(["explain", EDGE, text, "--out", str(out)]) == 0
     html = (out / "attention.html").read_text(encoding="utf-8")
     assert "wonderful" in html and (out / "attention.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(not os.path.isfile(EDGE), reason="no shipped edge model")
+def test_a_flat_edge_map_is_said_to_be_flat_and_why(tmp_path, capsys):
+    """On a short text the full-integer file's map is flat (its int8
+    attention output clips the larger weights, and one chunk gives every
+    hop the same map): `explain` says so instead of leaving a picture
+    that explains nothing; an informative map gets no note."""
+    import keras_attn_cli
+    from keras_attn_cli.commands.explaining import flat_map
+
+    assert flat_map(np.array([[0.2, 0.2, 0.0], [0.2, 0.2, 0.0]])) == (
+        pytest.approx(0.2)
+    )
+    assert flat_map(np.array([[0.2, 0.3, 0.0], [0.2, 0.2, 0.0]])) is None
+    assert flat_map(np.array([[1.0, 0.0]])) is None  # one word: nothing
+    for text, flat in (
+        ("a great film", True),
+        (
+            "A wonderful film with brilliant acting, though the ending "
+            "was weak.",
+            False,
+        ),
+    ):
+        out = tmp_path / str(flat)
+        assert (
+            keras_attn_cli.main(["explain", EDGE, text, "--out", str(out)]) == 0
+        )
+        said = capsys.readouterr().out
+        assert ("the map is flat" in said) == flat, said

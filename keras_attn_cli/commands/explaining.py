@@ -69,4 +69,26 @@ def explain(args):
     )
     print(f"P(positive) = {result['probability']:.3f}")
     print(f"wrote {html_path}\nwrote {png_path}")
+    flat = flat_map(result["attention"])
+    if flat is not None:
+        print(
+            f"note: the map is flat (every word {flat:.3f} in every hop): it "
+            "says nothing about this text. A full-integer file stores its "
+            "attention on an int8 grid calibrated on long reviews, which "
+            "clips a short text's larger weights, and a text of one chunk "
+            "gives every hop the same map (docs/edge.md, 'Reading the edge "
+            "model's attention'). The float model (imdb_ssa, or a .keras "
+            "file) draws an informative map."
+        )
     return 0
+
+
+def flat_map(attention):
+    """The one weight of a map `(hops, tokens)` in which every hop gives
+    every token with weight the same weight, else `None` (a map with
+    something to say)."""
+    weights = np.asarray(attention, "float32")
+    kept = weights[weights > 0]
+    if kept.size < 2 or not np.allclose(kept, kept[0], rtol=0, atol=1e-6):
+        return None
+    return float(kept[0])

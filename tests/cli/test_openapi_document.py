@@ -76,3 +76,11 @@ def test_the_pages_are_served_and_read_the_corrected_document():
     document = client.get("/openapi.json").json()
     assert "/v1/models/{model_name}:explain" not in document["paths"]
     assert "/docs" not in document["paths"]
+
+
+def test_a_paths_model_name_is_one_of_the_served_names():
+    app = app_with_kserves_routes()
+    openapi_document.install(app, model_names=["b", "a"])
+    operation = app.openapi()["paths"]["/v1/models/{model_name}"]["get"]
+    (parameter,) = operation["parameters"]
+    assert parameter["schema"] == {"type": "string", "enum": ["a", "b"]}
