@@ -1,8 +1,9 @@
 """`keras-attn serve` under a soak of mixed valid and hostile traffic:
 does its memory stay flat, and does its log stay free of tracebacks?
 
-A server of the decoder-only translator and the full-integer classifier
-(`keras-attn serve imdb_edge translation_en_fr_lm`) takes, from 4
+A server of the full-integer classifier and both translators
+(`keras-attn serve imdb_edge translation_en_fr translation_en_fr_lm`)
+takes, from 4
 clients for `--seconds`, a mix of valid requests (v1 `:predict`, v2
 `infer`, OpenAI completions streamed and not) and hostile ones (the
 malformed fields, lone surrogates, over-long prompts, bodies over the
@@ -33,7 +34,7 @@ import time
 from benchmarks import results
 from tests.cli.test_serve import output_all, start
 
-MODELS = ("imdb_edge", "translation_en_fr_lm")
+MODELS = ("imdb_edge", "translation_en_fr", "translation_en_fr_lm")
 LONG = " ".join(["word"] * 150)
 
 
@@ -64,26 +65,56 @@ def _silent(port, half=False):
         sock.close()
 
 
+# Valid texts of every length the models take: Tatoeba's English side
+# (../shared/data), drawn at random for each request.
+PAIRS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "..",
+    "shared",
+    "data",
+    "translation",
+    "pairs.tsv",
+)
+
+
+def sentences():
+    with open(PAIRS, encoding="utf-8") as f:
+        return [line.split("\t")[0] for line in f if "\t" in line]
+
+
 def requests():
-    """`{kind: call(port) -> status}`: the traffic's mix."""
+    """`{kind: call(port) -> status}`: the traffic's mix; a valid
+    request's text is a random sentence (one to three of them joined)."""
     lm, completions = "translation_en_fr_lm", "/openai/v1/completions"
+    pool, rng = sentences(), random.Random(0)
+
+    def any_text():
+        return " ".join(rng.sample(pool, rng.randint(1, 3)))
+
     text = {"name": "text", "datatype": "BYTES", "shape": [1]}
     return {
         "valid v1 predict": lambda p: _post(
             p,
             "/v1/models/imdb_edge:predict",
-            {"instances": ["A fine film."], "output_filter": ["probability"]},
+            {"instances": [any_text()], "output_filter": ["probability"]},
         ),
         "valid v2 infer": lambda p: _post(
             p,
             "/v2/models/imdb_edge/infer",
-            {"inputs": [{**text, "data": ["Dull and long."]}]},
+            {"inputs": [{**text, "data": [any_text()]}]},
         ),
         "valid completion": lambda p: _post(
-            p, completions, {"model": lm, "prompt": "I am tired."}
+            p, completions, {"model": lm, "prompt": rng.choice(pool)}
+        ),
+        "valid translation": lambda p: _post(
+            p,
+            completions,
+            {"model": "translation_en_fr", "prompt": any_text()},
         ),
         "valid stream": lambda p: _post(
-            p, completions, {"model": lm, "prompt": "We go.", "stream": True}
+            p,
+            completions,
+            {"model": lm, "prompt": rng.choice(pool), "stream": True},
         ),
         "hostile model list": lambda p: _post(
             p, completions, {"model": [], "prompt": "x"}

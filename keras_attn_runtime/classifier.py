@@ -125,6 +125,14 @@ class LiteRTClassifier:
         accelerator="cpu",
         cpu_kernels="builtin",
     ):
+        # What pickling carries (`__reduce__`): the file is opened again.
+        self._arguments = (
+            model_path,
+            vocabulary_path,
+            num_threads,
+            accelerator,
+            cpu_kernels,
+        )
         data, model = load_verified(model_path)
         meta = metadata(model)
         config = config_object(meta.get(METADATA_CONFIG), model_path)
@@ -177,6 +185,12 @@ class LiteRTClassifier:
             None if self.dynamic else length,
             max_tokens=max_tokens,
         )
+
+    def __reduce__(self):
+        """Pickled as its arguments, opened again when unpickled (a
+        LiteRT interpreter cannot be pickled): a `beam.Map` or a
+        multiprocessing pool can carry the reader."""
+        return type(self), self._arguments
 
     def _run(self, **inputs):
         with self._lock:

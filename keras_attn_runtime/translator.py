@@ -81,6 +81,14 @@ class LiteRTTranslator:
                 "Expected seed to be None or a non-negative integer. "
                 f"Received: seed={seed!r}"
             )
+        # What pickling carries (`__reduce__`): the file is opened again.
+        self._arguments = (
+            model_path,
+            num_threads,
+            seed,
+            accelerator,
+            cpu_kernels,
+        )
         data, model = load_verified(model_path)
         entries = metadata(model)
         config = None
@@ -185,6 +193,13 @@ class LiteRTTranslator:
                     model_path,
                 ),
             }
+
+    def __reduce__(self):
+        """Pickled as its arguments, opened again when unpickled (a
+        LiteRT interpreter cannot be pickled). A sampling file's
+        generator starts again from `seed`; `batch_streams`' loops are
+        not carried."""
+        return type(self), self._arguments
 
     def source_tokens(self, text, truncate=False):
         """The source tokens of `text` (words, or subwords for a subword

@@ -1,0 +1,117 @@
+"""Apache Beam's `RunInference` over keras_attn's SavedModels: the IMDB
+classifiers' and the translator's, loaded with `tf.saved_model.load`
+(through the op allowlist, `keras_attn.opener`), called through their
+signatures. Neither tensorflow-hub nor tf-keras is needed: Beam's stock
+`TFModelHandlerTensor` asks for the first and loads with
+`tf.keras.models.load_model`, which refuses a SavedModel under Keras 3
+(docs/distributed.md says more).
+
+The handlers share `keras_attn_runtime.beam.TextModelHandler` with the
+LiteRT ones: strings in, one `PredictionResult` an element, batch hints,
+bytes and the `keras_attn` metrics namespace.
+
+    from keras_attn.beam import SavedModelTranslatorHandler
+    handler = SavedModelTranslatorHandler("saved_models/translation_en_fr")
+"""
+
+import numpy as np
+
+from keras_attn_runtime.beam import TextModelHandler, classifier_outputs
+from keras_attn_runtime.signature import DEFAULT_SIGNATURE
+
+
+def _strings(texts):
+    return np.array([t.encode("utf-8") for t in texts], dtype=object)
+
+
+def _saved_model_folder(path, inside):
+    """`path`, or its `inside` folder where `path` is a model folder
+    holding its SavedModel there (`saved_models/imdb_ssa`)."""
+    import os
+
+    nested = os.path.join(path, inside)
+    return nested if os.path.isdir(nested) else path
+
+
+class SavedModelClassifierHandler(TextModelHandler):
+    """`RunInference` with a text classifier SavedModel (its
+    `serving_default`: raw strings in, `probability` and `attention`
+    out): a probability a text, or with `attention=True` a dict with its
+    attention too. A batch is one signature call.
+
+    Args:
+        model_path: the SavedModel folder, or a model folder holding it
+            in `saved_model/`.
+        attention: give each text's attention beside its probability.
+            Defaults to `False`.
+        allow_unsafe: load a SavedModel with ops outside the allowlist
+            (only one you trust). Defaults to `False`.
+        **kwargs: `keras_attn_runtime.beam.TextModelHandler`'s.
+    """
+
+    def __init__(
+        self, model_path, *, attention=False, allow_unsafe=False, **kwargs
+    ):
+        super().__init__(model_path, **kwargs)
+        self.attention, self.allow_unsafe = attention, allow_unsafe
+
+    def load_model(self):
+        from keras_attn.opener import SavedModelArtifact
+
+        path = _saved_model_folder(self.model_path, "saved_model")
+        return SavedModelArtifact(path, self.allow_unsafe)
+
+    def predict(self, model, texts):
+        out = model.run(DEFAULT_SIGNATURE, {"text": _strings(texts)})
+        return classifier_outputs(out, self.attention)
+
+
+class SavedModelTranslatorHandler(TextModelHandler):
+    """`RunInference` with a translator SavedModel (its `translate`
+    signature: the beam search inside, long inputs cut into clauses): a
+    translation a text. A batch is one call, padded to its longest
+    sentence: `bucket_by_length=True` batches sentences of similar
+    length together.
+
+    Args:
+        model_path: the SavedModel folder, or the translator's folder
+            holding it in `saved_model/`.
+        signature: `"translate"` (beam search) or `"translate_greedy"`.
+            Defaults to `"translate"`.
+        allow_unsafe: as for `SavedModelClassifierHandler`. Defaults to
+            `False`.
+        **kwargs: `keras_attn_runtime.beam.TextModelHandler`'s.
+    """
+
+    MAX_BATCH_SIZE = 32
+
+    def __init__(
+        self,
+        model_path,
+        *,
+        signature="translate",
+        allow_unsafe=False,
+        **kwargs,
+    ):
+        super().__init__(model_path, **kwargs)
+        self.signature, self.allow_unsafe = signature, allow_unsafe
+
+    def load_model(self):
+        from keras_attn.opener import SavedModelArtifact
+
+        path = _saved_model_folder(self.model_path, "saved_model")
+        model = SavedModelArtifact(path, self.allow_unsafe)
+        if self.signature not in model.signatures:
+            raise ValueError(
+                f"Expected a translator SavedModel with a {self.signature!r} "
+                f"signature. Received: {path!r} with "
+                f"{sorted(model.signatures)}"
+            )
+        return model
+
+    def predict(self, model, texts):
+        out = model.run(self.signature, {"text": _strings(texts)})
+        return [
+            t.decode("utf-8") if isinstance(t, bytes) else str(t)
+            for t in np.asarray(out["translation"]).reshape(-1)
+        ]

@@ -1,0 +1,218 @@
+"""Apache Beam's `RunInference` over keras_attn's models: text in, one
+`PredictionResult` an element, on DirectRunner here and on Dataflow,
+Flink or Spark by changing only the pipeline options.
+
+`pip install 'keras-attn-runtime[beam]'` (or keras_attn's `[beam]`
+extra). The LiteRT handlers here need neither TensorFlow nor Keras on a
+worker; `keras_attn.beam` has the SavedModel ones, on the same base.
+
+    import apache_beam as beam
+    from apache_beam.ml.inference.base import RunInference
+    from keras_attn_runtime.beam import LiteRTClassifierHandler
+
+    with beam.Pipeline() as p:
+        (p | beam.Create(["A wonderful film."])
+           | RunInference(LiteRTClassifierHandler("model_full_int8.tflite"))
+           | beam.Map(print))
+
+Each handler builds its model in `load_model`, on the worker (a reader
+is never pickled: Beam ships the handler, which holds only a path and
+settings), gives Beam batch-size hints fit to the model, the bytes of a
+batch (`get_num_bytes`) and a metrics namespace (`keras_attn`). An
+element is a `str` (or UTF-8 `bytes`); its result's `inference` is a
+probability (a `float`; with `attention=True` a dict of the probability
+and the `(hops, tokens)` attention), or a translation (a `str`).
+"""
+
+import numpy as np
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult
+
+NAMESPACE = "keras_attn"
+
+
+def word_count(text):
+    """An element's length for Beam's length buckets: its words."""
+    return len(_text(text).split())
+
+
+def _text(element):
+    if isinstance(element, bytes):
+        return element.decode("utf-8")
+    if not isinstance(element, str):
+        raise TypeError(
+            "Expected each element to be a text (str or UTF-8 bytes). "
+            f"Received: {type(element).__name__} {element!r:.80}"
+        )
+    return element
+
+
+class TextModelHandler(ModelHandler):
+    """The part every keras_attn handler shares: strings in, one result
+    each, batch hints, bytes and namespace. A subclass gives
+    `load_model()` and `predict(model, texts) -> [inference, ...]`.
+
+    Args:
+        model_path: the model's file or folder, opened on the worker.
+        min_batch_size: Beam's smallest batch. Defaults to `1`.
+        max_batch_size: Beam's largest batch. Defaults to the class's
+            `MAX_BATCH_SIZE` (what one call of the model takes well).
+        bucket_by_length: batch texts of similar word counts together
+            (Beam's `batch_length_fn`, with `max_batch_duration_secs`,
+            which Beam needs for it to act). Defaults to `False`.
+        max_batch_duration_secs: the longest a batch waits to fill.
+            Defaults to `None` (`1` with `bucket_by_length`).
+        **kwargs: Beam's other `ModelHandler` arguments (`model_copies`,
+            `large_model`, `env_vars`, ...).
+    """
+
+    MAX_BATCH_SIZE = 64
+
+    def __init__(
+        self,
+        model_path,
+        *,
+        min_batch_size=1,
+        max_batch_size=None,
+        bucket_by_length=False,
+        max_batch_duration_secs=None,
+        **kwargs,
+    ):
+        if not isinstance(model_path, str) or not model_path:
+            raise ValueError(
+                "Expected model_path to be a non-empty path. Received: "
+                f"model_path={model_path!r}"
+            )
+        if bucket_by_length and max_batch_duration_secs is None:
+            max_batch_duration_secs = 1
+        super().__init__(
+            min_batch_size=min_batch_size,
+            max_batch_size=max_batch_size or self.MAX_BATCH_SIZE,
+            max_batch_duration_secs=max_batch_duration_secs,
+            batch_length_fn=word_count if bucket_by_length else None,
+            **kwargs,
+        )
+        self.model_path = model_path
+        self.bucket_by_length = bucket_by_length
+
+    def load_model(self):
+        raise NotImplementedError
+
+    def predict(self, model, texts):
+        raise NotImplementedError
+
+    def run_inference(self, batch, model, inference_args=None):
+        texts = [_text(element) for element in batch]
+        outputs = self.predict(model, texts)
+        return [
+            PredictionResult(element, output, self.model_path)
+            for element, output in zip(batch, outputs, strict=True)
+        ]
+
+    def get_num_bytes(self, batch):
+        return sum(len(_text(element).encode("utf-8")) for element in batch)
+
+    def get_metrics_namespace(self):
+        return NAMESPACE
+
+    def validate_inference_args(self, inference_args):
+        if inference_args:
+            raise ValueError(
+                "keras_attn's handlers take their settings when they are "
+                "made, not as inference_args. Received: inference_args="
+                f"{inference_args!r}"
+            )
+
+
+def classifier_outputs(out, attention=False):
+    """One inference a text from a classifier's batch outputs: its
+    probability, or with `attention` a dict of it and its attention."""
+    probabilities = np.asarray(out["probability"], "float32").reshape(-1)
+    if not attention:
+        return [float(p) for p in probabilities]
+    maps = np.asarray(out["attention"], "float32")
+    return [
+        {"probability": float(p), "attention": a}
+        for p, a in zip(probabilities, maps, strict=True)
+    ]
+
+
+class LiteRTClassifierHandler(TextModelHandler):
+    """`RunInference` with a LiteRT text classifier
+    (`keras_attn_runtime.LiteRTClassifier`): a probability a text, or
+    with `attention=True` a dict with its attention too.
+
+    The reader runs one row a call (the same numbers whatever the batch),
+    so Beam's batches only save per-call overhead: the default
+    `max_batch_size` is 64.
+
+    Args:
+        model_path: the `.tflite` file.
+        attention: give each text's attention beside its probability.
+            Defaults to `False`.
+        num_threads: LiteRT's CPU threads a worker. Defaults to `1` (one
+            worker a core).
+        cpu_kernels: `"builtin"` or `"xnnpack"` (see
+            `keras_attn_runtime.engine.LiteRTModel`). Defaults to
+            `"builtin"`.
+        **kwargs: `TextModelHandler`'s.
+    """
+
+    def __init__(
+        self,
+        model_path,
+        *,
+        attention=False,
+        num_threads=1,
+        cpu_kernels="builtin",
+        **kwargs,
+    ):
+        super().__init__(model_path, **kwargs)
+        self.attention = attention
+        self.num_threads, self.cpu_kernels = num_threads, cpu_kernels
+
+    def load_model(self):
+        from keras_attn_runtime.classifier import LiteRTClassifier
+
+        return LiteRTClassifier(
+            self.model_path,
+            num_threads=self.num_threads,
+            cpu_kernels=self.cpu_kernels,
+        )
+
+    def predict(self, model, texts):
+        return classifier_outputs(model.predict(texts), self.attention)
+
+
+class LiteRTTranslatorHandler(TextModelHandler):
+    """`RunInference` with a LiteRT translator
+    (`keras_attn_runtime.LiteRTTranslator`): a translation a text, the
+    same as `translate` gives it alone (a sentence at a time: the file's
+    one call runs one sentence's whole search).
+
+    Args:
+        model_path: the `.tflite` file.
+        num_threads: LiteRT's CPU threads a worker. Defaults to `1`.
+        cpu_kernels: as for `LiteRTClassifierHandler`. Defaults to
+            `"builtin"`.
+        **kwargs: `TextModelHandler`'s.
+    """
+
+    MAX_BATCH_SIZE = 16
+
+    def __init__(
+        self, model_path, *, num_threads=1, cpu_kernels="builtin", **kwargs
+    ):
+        super().__init__(model_path, **kwargs)
+        self.num_threads, self.cpu_kernels = num_threads, cpu_kernels
+
+    def load_model(self):
+        from keras_attn_runtime.translator import LiteRTTranslator
+
+        return LiteRTTranslator(
+            self.model_path,
+            num_threads=self.num_threads,
+            cpu_kernels=self.cpu_kernels,
+        )
+
+    def predict(self, model, texts):
+        return [model.translate(text) for text in texts]

@@ -1,0 +1,198 @@
+"""Apache Beam's RunInference with the runtime's LiteRT handlers
+(`keras_attn_runtime.beam`) on DirectRunner: each text's result equals
+the reader's own direct call exactly, in one process and on two worker
+processes; the handler's hints, bytes and namespace; bad elements named;
+the readers pickle. The shipped files; no TensorFlow on the path."""
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from tests.paths import ROOT
+
+beam = pytest.importorskip("apache_beam")
+
+SHIPPED = os.path.join(ROOT, "saved_models")
+EDGE = os.path.join(SHIPPED, "imdb_edge", "model_full_int8.tflite")
+TRANSLATOR = os.path.join(SHIPPED, "translation_en_fr", "model.tflite")
+REVIEWS = [
+    f"{start} film, {middle} and {end}."
+    for start in ("A wonderful", "A dull", "An odd", "The worst")
+    for middle in ("moving", "far too long", "well acted")
+    for end in ("funny", "boring", "forgettable")
+]  # 36 texts
+SENTENCES = [
+    "I am tired.",
+    "Where is the station?",
+    "She is reading a book.",
+    "We have to leave now.",
+    "The cat is sleeping on the chair.",
+    "He will come back tomorrow morning.",
+]
+
+
+def run(handler, texts, workers=1):
+    """`{text: inference}` of `texts` through RunInference on
+    DirectRunner (`workers` > 1: that many processes), read back from
+    the files the pipeline writes (JSON lines: the exact floats; an
+    attention map as float32)."""
+    import glob
+    import json
+    import tempfile
+
+    from apache_beam.ml.inference.base import RunInference
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    options = ["--direct_num_workers", str(workers)]
+    if workers > 1:
+        options += ["--direct_running_mode", "multi_processing"]
+
+    def line(result):
+        value = result.inference
+        if isinstance(value, dict):
+            value = {k: np.asarray(v).tolist() for k, v in value.items()}
+        return json.dumps([result.example, value])
+
+    with tempfile.TemporaryDirectory() as folder:
+        with beam.Pipeline(options=PipelineOptions(options)) as p:
+            _ = (
+                p
+                | beam.Create(texts, reshuffle=True)
+                | RunInference(handler)
+                | beam.Map(line)
+                | beam.io.WriteToText(os.path.join(folder, "out"))
+            )
+        got = {}
+        for path in glob.glob(os.path.join(folder, "out*")):
+            with open(path, encoding="utf-8") as f:
+                for text, value in map(json.loads, f):
+                    if isinstance(value, dict):
+                        value["attention"] = np.asarray(
+                            value["attention"], "float32"
+                        )
+                    got[text] = value
+    return got
+
+
+def shipped(path):
+    if not os.path.isfile(path):
+        pytest.skip(f"no shipped {os.path.relpath(path, ROOT)}")
+    return path
+
+
+def test_the_classifier_handler_gives_each_text_its_direct_probability():
+    from keras_attn_runtime import LiteRTClassifier
+    from keras_attn_runtime.beam import LiteRTClassifierHandler
+
+    path = shipped(EDGE)
+    reader = LiteRTClassifier(path)
+    got = run(LiteRTClassifierHandler(path, max_batch_size=8), REVIEWS)
+    assert sorted(got) == sorted(REVIEWS)
+    for text in REVIEWS:
+        want = float(reader.predict([text])["probability"][0, 0])
+        assert got[text] == want, text
+    maps = run(LiteRTClassifierHandler(path, attention=True), REVIEWS[:4])
+    for text, result in maps.items():
+        direct = reader.predict([text])
+        assert result["probability"] == float(direct["probability"][0, 0])
+        np.testing.assert_array_equal(
+            result["attention"], direct["attention"][0]
+        )
+
+
+def test_the_translator_handler_gives_each_sentence_its_translation():
+    from keras_attn_runtime import LiteRTTranslator
+    from keras_attn_runtime.beam import LiteRTTranslatorHandler
+
+    path = shipped(TRANSLATOR)
+    reader = LiteRTTranslator(path)
+    got = run(LiteRTTranslatorHandler(path, bucket_by_length=True), SENTENCES)
+    assert got == {s: reader.translate(s) for s in SENTENCES}
+
+
+@pytest.mark.slow
+def test_two_worker_processes_give_the_same_answers():
+    from keras_attn_runtime import LiteRTClassifier, LiteRTTranslator
+    from keras_attn_runtime.beam import (
+        LiteRTClassifierHandler,
+        LiteRTTranslatorHandler,
+    )
+
+    edge, translator = shipped(EDGE), shipped(TRANSLATOR)
+    got = run(LiteRTClassifierHandler(edge), REVIEWS, workers=2)
+    reader = LiteRTClassifier(edge)
+    assert got == {
+        t: float(reader.predict([t])["probability"][0, 0]) for t in REVIEWS
+    }
+    got = run(LiteRTTranslatorHandler(translator), SENTENCES, workers=2)
+    french = LiteRTTranslator(translator)
+    assert got == {s: french.translate(s) for s in SENTENCES}
+
+
+def test_hints_bytes_namespace_and_bad_elements():
+    from keras_attn_runtime.beam import (
+        LiteRTClassifierHandler,
+        LiteRTTranslatorHandler,
+        word_count,
+    )
+
+    handler = LiteRTClassifierHandler("m.tflite")  # opened on a worker only
+    assert handler.batch_elements_kwargs() == {
+        "min_batch_size": 1,
+        "max_batch_size": 64,
+    }
+    assert handler.get_num_bytes(["héllo", b"ab"]) == 8
+    assert handler.get_metrics_namespace() == "keras_attn"
+    bucketed = LiteRTTranslatorHandler("t.tflite", bucket_by_length=True)
+    kwargs = bucketed.batch_elements_kwargs()
+    # Beam buckets by length only with a batch duration: one is set.
+    assert kwargs["length_fn"] is word_count and kwargs["max_batch_size"] == 16
+    assert kwargs["max_batch_duration_secs"] == 1
+    with pytest.raises(TypeError, match="Received: int 5"):
+        handler.run_inference([5], model=None)
+    with pytest.raises(ValueError, match="model_path="):
+        LiteRTClassifierHandler("")
+    with pytest.raises(ValueError, match="inference_args="):
+        handler.validate_inference_args({"attention": True})
+
+
+def test_the_readers_pickle_and_answer_the_same():
+    from keras_attn_runtime import LiteRTClassifier, LiteRTTranslator
+
+    reader = LiteRTClassifier(shipped(EDGE))
+    again = pickle.loads(pickle.dumps(reader))
+    text = REVIEWS[0]
+    np.testing.assert_array_equal(
+        again.predict([text])["attention"], reader.predict([text])["attention"]
+    )
+    translator = LiteRTTranslator(shipped(TRANSLATOR))
+    copy = pickle.loads(pickle.dumps(translator))
+    assert copy.translate(SENTENCES[1]) == translator.translate(SENTENCES[1])
+
+
+def test_a_litert_pipeline_imports_neither_tensorflow_nor_keras():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import apache_beam as beam\n"
+        "from apache_beam.ml.inference.base import RunInference\n"
+        "from keras_attn_runtime.beam import LiteRTClassifierHandler\n"
+        "with beam.Pipeline() as p:\n"
+        "    _ = (p | beam.Create(['A fine film.'])\n"
+        f"         | RunInference(LiteRTClassifierHandler({EDGE!r})))\n"
+        "loaded = [m for m in ('tensorflow', 'keras') if m in sys.modules]\n"
+        "print(loaded)\n"
+    )
+    shipped(EDGE)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
