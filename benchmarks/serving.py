@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from benchmarks import results
-from tests.cli.test_serve import (
+from tests.serving.test_serve import (
     REVIEWS,
     post,
     same_answer,
@@ -79,7 +79,7 @@ def load(port, name, batch, clients):
 
 def direct(path, batch):
     """The model called in-process, one review at a time."""
-    from keras_attn_cli.served import load_backend
+    from keras_attn_cli.serving.served import load_backend
 
     backend = load_backend(os.path.join(ROOT, path))
     latencies = []

@@ -32,7 +32,7 @@ import threading
 import time
 
 from benchmarks import results
-from tests.cli.test_serve import output_all, start
+from tests.serving.test_serve import output_all, start
 
 MODELS = ("imdb_edge", "translation_en_fr", "translation_en_fr_lm")
 LONG = " ".join(["word"] * 150)

@@ -91,12 +91,12 @@ GLOBAL_FLAGS = (
     ),
 )
 
-# `keras-attn serve --log-level`'s choices (`keras_attn_cli.serve`'s
+# `keras-attn serve --log-level`'s choices (`keras_attn_cli.serving.serve`'s
 # LOG_LEVELS; a test ties them).
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # `keras-attn serve`'s settings: (flag, type, default, help). The
-# defaults are `keras_attn_cli.serve`'s LIMITS and BATCHING.
+# defaults are `keras_attn_cli.serving.serve`'s LIMITS and BATCHING.
 SERVE_FLAGS = (
     ("--host", str, "127.0.0.1", "address to listen on (0.0.0.0: all)"),
     ("--port", int, 8501, "HTTP port (TensorFlow Serving's REST port)"),

@@ -35,7 +35,7 @@ from keras_attn_cli.inputs import (  # noqa: F401  (names tests reach here)
     iter_text_lines,
     iter_texts,
 )
-from keras_attn_cli.models import run_model  # noqa: F401
+from keras_attn_cli.loading import run_model  # noqa: F401
 
 
 def quiet():

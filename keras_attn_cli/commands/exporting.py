@@ -10,7 +10,7 @@ from keras_attn_cli.finding import (
 from keras_attn_cli.inputs import (
     read_text_file,
 )
-from keras_attn_cli.models import (
+from keras_attn_cli.loading import (
     load_classifier,
 )
 

@@ -23,7 +23,7 @@ from keras_attn_cli.inputs import (
     read_texts,
     snippet,
 )
-from keras_attn_cli.models import (
+from keras_attn_cli.loading import (
     known_words,
     load_classifier,
     open_model,

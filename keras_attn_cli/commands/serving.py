@@ -1,14 +1,15 @@
 """`keras-attn serve`: the flags checked and handed to
-`keras_attn_cli.serve`."""
+`keras_attn_cli.serving.serve`."""
 
 import os
 
 
 def serve(args):
-    from keras_attn_cli import finding, http_routes, served
-    from keras_attn_cli import serve as server
-    from keras_attn_cli.limits import LIMITS
+    from keras_attn_cli import finding
     from keras_attn_cli.parser import SERVE_FLAGS
+    from keras_attn_cli.serving import http_routes, served
+    from keras_attn_cli.serving import serve as server
+    from keras_attn_cli.serving.limits import LIMITS
 
     for flag, kind, _, _ in SERVE_FLAGS:
         value = getattr(args, flag[2:].replace("-", "_"))

@@ -18,7 +18,7 @@ from keras_attn_cli.inputs import (
     read_texts,
     snippet,
 )
-from keras_attn_cli.models import (
+from keras_attn_cli.loading import (
     interruptible,
     load_translator,
     run_model,

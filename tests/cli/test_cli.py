@@ -676,3 +676,28 @@ def test_accelerator_flag_runs_or_names_the_missing_device(files, capsys):
         keras_attn_cli.main(["--accelerator", "tpu", "predict", tflite, "x"])
     assert exit_.value.code == 2
     assert "invalid choice: 'tpu'" in capsys.readouterr().err
+
+
+def test_an_onnx_classifier_is_served_and_predicted_alike(tmp_path):
+    """`keras-attn predict`'s scorer and the served artifact give the
+    same probabilities for an ONNX file."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    import types
+
+    from keras_attn_cli.serving.served import load_backend
+    from tests.runtime.test_opener import tiny_onnx_classifier
+
+    path = tiny_onnx_classifier(str(tmp_path / "m.onnx"))
+    texts = ["good film", "bad", "film film good"]
+    out = load_backend(path).run(
+        "serving_default", {"text": [t.encode() for t in texts]}
+    )
+    args = types.SimpleNamespace(
+        accelerator="cpu", vocabulary=None, allow_unsafe_ops=False
+    )
+    from keras_attn_cli.commands.scoring import scorer
+
+    probs, known = scorer(path, args)(texts)
+    np.testing.assert_array_equal(probs, out["probability"][:, 0])
+    assert known == [2, 0, 3]

@@ -39,8 +39,8 @@ def test_accelerator_choices_are_the_runtimes():
 
 def test_serve_defaults_and_log_levels_are_the_servers():
     pytest.importorskip("kserve")
-    from keras_attn_cli import serve, served
-    from keras_attn_cli.limits import LIMITS
+    from keras_attn_cli.serving import serve, served
+    from keras_attn_cli.serving.limits import LIMITS
 
     defaults = {flag: default for flag, _, default, _ in parser.SERVE_FLAGS}
     for key, value in {**LIMITS, **served.BATCHING}.items():

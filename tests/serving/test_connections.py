@@ -24,7 +24,7 @@ async def hello(scope, receive, send):
 
 @pytest.fixture
 def server():
-    from keras_attn_cli.connections import limited_protocol
+    from keras_attn_cli.serving.connections import limited_protocol
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -56,7 +56,7 @@ def closed_within(sock, seconds):
 
 
 def count(reason):
-    from keras_attn_cli.connections import closed_counter
+    from keras_attn_cli.serving.connections import closed_counter
 
     return closed_counter().labels(reason)._value.get()
 

@@ -1,8 +1,8 @@
 """TensorFlow Serving's REST API, as data: requests in, responses out.
 
 Pure functions over JSON values and NumPy arrays, with no server and no
-TensorFlow, so that each rule is tested on its own. `keras_attn_cli.serve`
-puts them behind KServe's model server.
+TensorFlow, so that each rule is tested on its own.
+`keras_attn_cli.serving.serve` puts them behind KServe's model server.
 
 - A predict request is `{"instances": [...]}` (the row form: one entry per
   example, a value when the signature has one input, else an object of
@@ -21,8 +21,8 @@ import json
 
 import numpy as np
 
-from keras_attn_cli.limits import RequestError, check_count, check_text
-from keras_attn_runtime.signature import DEFAULT_SIGNATURE
+from keras_attn_cli.serving import plane
+from keras_attn_cli.serving.limits import RequestError, check_count, check_text
 
 
 def parse_json(body):
@@ -104,12 +104,7 @@ def parse_predict(body, signatures, limits):
             "Expected a JSON object with 'instances' or 'inputs'. "
             f"Received: {_shown(body)}"
         )
-    name = body.get("signature_name", DEFAULT_SIGNATURE)
-    if not isinstance(name, str) or name not in signatures:
-        raise RequestError(
-            f"Unknown signature_name {name!r}; this model has "
-            f"{sorted(signatures)}"
-        )
+    name = plane.signature_key(signatures, body.get("signature_name"))
     signature = signatures[name]
     forms = [key for key in ("instances", "inputs") if key in body]
     if len(forms) != 1:

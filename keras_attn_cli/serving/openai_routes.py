@@ -1,5 +1,5 @@
 """OpenAI's routes on `keras-attn serve`'s app: the rules of
-`keras_attn_cli.openai_api` over the served models. A model that streams
+`keras_attn_cli.serving.openai_api` over the served models. A model that streams
 (`ServedModel.generator` has `stream`: a decoder-only model's folder, a
 translator whose LiteRT file has streaming signatures) answers from its
 pieces as they are decoded, streamed or joined, the decoding stopped
@@ -12,10 +12,10 @@ import json
 import threading
 import time
 
-from keras_attn_cli import openai_api as rules
-from keras_attn_cli import tf_serving_api as api
-from keras_attn_cli.limits import (
+from keras_attn_cli.serving import openai_api as rules
+from keras_attn_cli.serving.limits import (
     LOGGER,
+    RequestError,
     check_text,
     log_refusal,
     stream_limit,
@@ -71,7 +71,7 @@ def add_openai_routes(app, models):
                 text = await _complete(model, settings["prompt"])
         except rules.OpenAIError as err:
             return _refused(err, request)
-        except api.RequestError as err:
+        except RequestError as err:
             return _refused(
                 rules.OpenAIError(str(err), "messages" if chat else "prompt"),
                 request,

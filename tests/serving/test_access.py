@@ -3,7 +3,7 @@ protocol's naming of its calls."""
 
 import pytest
 
-from keras_attn_cli import access
+from keras_attn_cli.serving import access
 
 OPEN = dict(access.ACCESS)
 LOCKED = {**access.ACCESS, "token": "s3cret"}
@@ -34,13 +34,13 @@ def test_an_off_route_says_off_before_asking_for_a_token():
 
 
 def test_each_protocol_names_its_calls_kinds():
-    from keras_attn_cli import http_routes
+    from keras_attn_cli.serving import http_routes
 
     assert http_routes.route_kind("/v2/health/ready") == access.HEALTH
     assert http_routes.route_kind("/v2/repository/index") == access.MANAGEMENT
     assert http_routes.route_kind("/docs") == access.DOCS
     assert http_routes.route_kind("/v1/models/x:predict") == access.OTHER
-    grpc_api = pytest.importorskip("keras_attn_cli.grpc_api")
+    grpc_api = pytest.importorskip("keras_attn_cli.serving.grpc_api")
     method = "/inference.GRPCInferenceService/RepositoryModelLoad"
     assert grpc_api.method_kind(method) == access.MANAGEMENT
     ready = "/inference.GRPCInferenceService/ServerReady"

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from keras_attn_cli import http_routes
+from keras_attn_cli.serving import http_routes
 
 
 async def _app(scope, receive, send):

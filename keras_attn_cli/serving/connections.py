@@ -12,7 +12,7 @@ subclass arms a timer where a request begins and disarms it once its
 headers are read.
 """
 
-from keras_attn_cli.limits import LOGGER
+from keras_attn_cli.serving.limits import LOGGER
 
 CLOSED = None  # the Prometheus counter, made on first use
 

@@ -1,11 +1,11 @@
 """The OpenAPI document `keras-attn serve` answers with `--enable-docs`
-(`keras_attn_cli.openapi_document`), on an app of stand-in routes shaped
+(`keras_attn_cli.serving.openapi_document`), on an app of stand-in routes shaped
 as KServe's and ours: only routes that answer, a body for each route
 that reads one, and the pages that read it."""
 
 import pytest
 
-from keras_attn_cli import openapi_document
+from keras_attn_cli.serving import openapi_document
 
 fastapi = pytest.importorskip("fastapi")
 pytest.importorskip("httpx")

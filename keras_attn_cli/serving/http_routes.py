@@ -4,15 +4,15 @@ answers and its version routes, the body limit, the v2 infer body rule,
 and the gate that keeps strangers out (routes that change what is served
 and the OpenAPI pages off unless turned on; an optional bearer token on
 every route but the health routes). ASGI middleware and FastAPI routes;
-`keras_attn_cli.serve` installs them on KServe's app.
+`keras_attn_cli.serving.serve` installs them on KServe's app.
 """
 
 import json
 import re
 from urllib.parse import parse_qsl, urlencode
 
-from keras_attn_cli import access, registry
-from keras_attn_cli import tf_serving_api as api
+from keras_attn_cli.serving import access, plane, registry
+from keras_attn_cli.serving import tf_serving_api as api
 
 
 class _BodyTooLarge(Exception):
@@ -64,7 +64,7 @@ DOCS_ROUTES = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
 
 
 def route_kind(path):
-    """The kind of call (`keras_attn_cli.access`) a REST route is."""
+    """The kind of call (`keras_attn_cli.serving.access`) a REST route is."""
     if path in HEALTH_ROUTES:
         return access.HEALTH
     if path.startswith(MANAGEMENT_PREFIX):
@@ -75,7 +75,7 @@ def route_kind(path):
 
 
 class Gate:
-    """ASGI middleware: `keras_attn_cli.access`'s rule on REST. A route
+    """ASGI middleware: `keras_attn_cli.serving.access`'s rule on REST. A route
     that is off answers 404 naming the flag that turns it on; a call
     without the token 401."""
 
@@ -99,11 +99,7 @@ class Gate:
                 f"Not served: {path} is off (turned on by {refused.off})",
             )
         return await _json(
-            send,
-            401,
-            "Unauthorized: this server needs "
-            "'Authorization: Bearer <token>' (--auth-token-file)",
-            [(b"www-authenticate", b"Bearer")],
+            send, 401, plane.UNAUTHORIZED, [(b"www-authenticate", b"Bearer")]
         )
 
 
@@ -225,12 +221,13 @@ def add_tf_serving_routes(app, models, max_body_bytes, access=None):
     from fastapi.responses import JSONResponse
 
     def find(name):
-        if name not in models:
-            return None, JSONResponse(
-                {"error": f"Unknown model {name!r}; served: {sorted(models)}"},
-                status_code=404,
-            )
-        return models[name], None
+        """The model `name` names (`NAME`, or `NAME@N` from the version
+        routes), or a 404 naming what is served (the plane's lookup)."""
+        public, _, version = name.partition("@")
+        try:
+            return plane.find(models, public, version=version or None), None
+        except plane.NotServed as err:
+            return None, JSONResponse({"error": str(err)}, status_code=404)
 
     versions = registry.version_table(models)
 

@@ -13,11 +13,11 @@ grpc = pytest.importorskip("grpc")
 pytest.importorskip("kserve")
 pytest.importorskip("tensorflow_serving")
 
-from keras_attn_cli.limits import LIMITS  # noqa: E402
+from keras_attn_cli.serving.limits import LIMITS  # noqa: E402
 
 
 async def _calls(limit, calls):
-    from keras_attn_cli import grpc_api
+    from keras_attn_cli.serving import grpc_api
 
     server, port = grpc_api.build_server(
         {}, None, "127.0.0.1", 0, {}, {**LIMITS, "max_body_bytes": limit}

@@ -1,7 +1,7 @@
 """KServe's v2 inference protocol (the Open Inference Protocol), as data.
 
 Pure functions over NumPy arrays and plain values, with no server, so
-that each rule is tested on its own; `keras_attn_cli.serve` puts them
+that each rule is tested on its own; `keras_attn_cli.serving.serve` puts them
 behind KServe's model server, whose REST and gRPC front ends decode the
 JSON, binary-extension and protobuf forms into `(name, datatype, array)`
 triples and encode the answer back.
@@ -16,7 +16,7 @@ triples and encode the answer back.
 
 import numpy as np
 
-from keras_attn_cli.limits import RequestError, check_count, check_text
+from keras_attn_cli.serving.limits import RequestError, check_count, check_text
 
 # NumPy dtype names (as a runtime `Signature` spells them) and their v2
 # datatypes.

@@ -5,7 +5,8 @@ for a proto holding fewer values than its shape), and a model's
 
 import numpy as np
 
-from keras_attn_cli import tf_serving_api as api
+from keras_attn_cli.serving import tf_serving_api as api
+from keras_attn_cli.serving.limits import RequestError
 
 # The most values one value may fill (TensorFlow's rule for a tensor
 # proto holding fewer values than its shape), far past any request limit.
@@ -31,7 +32,7 @@ def to_numpy(proto):
     shape = [d.size for d in proto.tensor_shape.dim]
     name = names.get(proto.dtype)
     if name is None:
-        raise api.RequestError(f"Unsupported tensor dtype {proto.dtype}")
+        raise RequestError(f"Unsupported tensor dtype {proto.dtype}")
     if name == "string":
         array = np.array(list(proto.string_val), dtype=object)
     elif proto.tensor_content:
@@ -50,13 +51,13 @@ def to_numpy(proto):
         count *= d
     if array.size == 1 and count != 1:  # one value, repeated (TensorFlow's)
         if count > MAX_REPEATED:
-            raise api.RequestError(
+            raise RequestError(
                 f"Expected at most {MAX_REPEATED} values for one value "
                 f"repeated. Received: shape {shape}"
             )
         array = np.full(count, array.reshape(-1)[0], dtype=array.dtype)
     if array.size != count:
-        raise api.RequestError(
+        raise RequestError(
             f"Expected {count} values for shape {shape}. Received: {array.size}"
         )
     return array.reshape(shape)

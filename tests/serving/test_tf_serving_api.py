@@ -4,7 +4,7 @@ filter, the empty request, the row and columnar answers."""
 import numpy as np
 import pytest
 
-from keras_attn_cli import tf_serving_api as api
+from keras_attn_cli.serving import tf_serving_api as api
 from keras_attn_runtime.signature import Signature
 
 CLASSIFIER = Signature(

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from keras_attn_cli.limits import LIMITS
+from keras_attn_cli.serving.limits import LIMITS
 from keras_attn_runtime.signature import Signature
 
 pytest.importorskip("fastapi")
@@ -61,7 +61,7 @@ def serving():
     import uvicorn
     from fastapi import FastAPI
 
-    from keras_attn_cli.openai_routes import add_openai_routes
+    from keras_attn_cli.serving.openai_routes import add_openai_routes
 
     servers = []
 
@@ -88,7 +88,7 @@ BODY = {"model": "lm", "prompt": "I am here.", "stream": True}
 
 
 def test_the_default_stream_limit():
-    from keras_attn_cli.limits import DEFAULT_STREAMS, stream_limit
+    from keras_attn_cli.serving.limits import DEFAULT_STREAMS, stream_limit
 
     assert LIMITS["max_streams"] is None  # the model's own, by default
     assert stream_limit(LIMITS, Gated()) == DEFAULT_STREAMS == 8

@@ -4,7 +4,7 @@ KServe places it: `GET /models`, `POST /completions`, `POST
 server-sent events of OpenAI's chunk objects ending in `data: [DONE]`.
 
 The rules are pure functions over JSON values (each tested on its own);
-`keras_attn_cli.openai_routes.add_openai_routes` puts them on the
+`keras_attn_cli.serving.openai_routes.add_openai_routes` puts them on the
 server's app over the same `ServedModel.run` that TensorFlow Serving's
 and KServe's routes use, so a translation asked for here is merged with
 the others into one call.

@@ -1,12 +1,12 @@
-"""KServe v2's rules on their own (`keras_attn_cli.open_inference`): the
+"""KServe v2's rules on their own (`keras_attn_cli.serving.open_inference`): the
 datatypes of the metadata, an infer request checked input by input
 against a signature and the limits, and the answer's tensors."""
 
 import numpy as np
 import pytest
 
-from keras_attn_cli import open_inference as oip
-from keras_attn_cli.limits import LIMITS, RequestError
+from keras_attn_cli.serving import open_inference as oip
+from keras_attn_cli.serving.limits import LIMITS, RequestError
 from keras_attn_runtime.signature import Signature
 
 TEXT = Signature(

@@ -12,10 +12,10 @@ health checks needs `authorization: Bearer TOKEN` in its metadata.
 
 import grpc
 
-from keras_attn_cli import access, registry, tensor_protos
-from keras_attn_cli import open_inference as oip
-from keras_attn_cli import tf_serving_api as api
-from keras_attn_cli.limits import LOGGER, log_refusal
+from keras_attn_cli.serving import access, plane, registry, tensor_protos
+from keras_attn_cli.serving import open_inference as oip
+from keras_attn_cli.serving import tf_serving_api as api
+from keras_attn_cli.serving.limits import LOGGER, RequestError, log_refusal
 
 PREDICTION = "/tensorflow.serving.PredictionService/"
 MODEL_SERVICE = "/tensorflow.serving.ModelService/"
@@ -49,15 +49,14 @@ async def find(models, spec, context, method):
     """The served model `spec` names (its version, or the latest), or the
     call aborted with NOT_FOUND (unknown model, version or label)."""
     try:
-        key = registry.lookup(
-            registry.version_table(models),
+        return plane.find(
+            models,
             spec.name,
             version=spec.version.value if spec.HasField("version") else None,
             label=spec.version_label or None,
         )
-    except registry.NotServed as err:
+    except plane.NotServed as err:
         await refuse(context, grpc.StatusCode.NOT_FOUND, str(err), method)
-    return models[key]
 
 
 def _answer_spec(target, model, signature):
@@ -75,23 +74,16 @@ async def predict(models, request, context):
     method = PREDICTION + "Predict"
     model = await find(models, request.model_spec, context, method)
     signatures = model.backend.signatures
-    key = request.model_spec.signature_name or api.DEFAULT_SIGNATURE
-    if key not in signatures:
-        await refuse(
-            context,
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"Unknown signature_name {key!r}; this model has "
-            f"{sorted(signatures)}",
-            method,
-        )
     try:
+        asked = request.model_spec.signature_name or None
+        key = plane.signature_key(signatures, asked)
         tensors = []
         for name, proto in request.inputs.items():
             array = tensor_protos.to_numpy(proto)
             tensors.append((name, oip.datatype(array.dtype), array))
         inputs = oip.parse_infer(tensors, signatures[key], model.limits)
         wanted = api.output_filter(list(request.output_filter), signatures[key])
-    except api.RequestError as err:
+    except RequestError as err:
         code = grpc.StatusCode.INVALID_ARGUMENT
         await refuse(context, code, str(err), method)
     try:
@@ -187,7 +179,7 @@ def _servicers():
 
 
 def method_kind(method):
-    """The kind of call (`keras_attn_cli.access`) a gRPC method is."""
+    """The kind of call (`keras_attn_cli.serving.access`) a gRPC method is."""
     if method in HEALTH_METHODS:
         return access.HEALTH
     if method in MANAGEMENT_METHODS:
@@ -196,7 +188,7 @@ def method_kind(method):
 
 
 class Gate(grpc.aio.ServerInterceptor):
-    """`keras_attn_cli.access`'s rule on gRPC: a method that is off is
+    """`keras_attn_cli.serving.access`'s rule on gRPC: a method that is off is
     UNIMPLEMENTED naming the flag that turns it on; a call without the
     token UNAUTHENTICATED."""
 
@@ -218,10 +210,7 @@ class Gate(grpc.aio.ServerInterceptor):
             message = f"{method} is off (turned on by {refused.off})"
         else:
             code = grpc.StatusCode.UNAUTHENTICATED
-            message = (
-                "this server needs the metadata 'authorization: Bearer "
-                "<token>' (--auth-token-file)"
-            )
+            message = plane.UNAUTHORIZED
 
         async def refused(request, context):
             await refuse(context, code, message, method)
@@ -283,30 +272,24 @@ def _refusing_malformed(handler, method):
 
 
 def _client_errors(kserve_interceptor):
-    """KServe's interceptor, with a client's error (bad input, unknown or
-    unready model) logged in one WARNING line instead of an ERROR with its
-    traceback; the status codes are KServe's."""
-    from kserve.errors import InvalidInput, ModelNotFound, ModelNotReady
-
-    codes = {
-        InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,
-        ModelNotFound: grpc.StatusCode.NOT_FOUND,
-        ModelNotReady: grpc.StatusCode.UNAVAILABLE,
-    }
+    """KServe's interceptor, with a client's error answered with the
+    plane's code for it (`plane.answer_for`: bad input, unknown or unready
+    model, a route never served) in one WARNING line instead of an ERROR
+    with its traceback; a call this module already refused goes on as
+    refused."""
 
     class ClientErrors(kserve_interceptor):
         async def handle_exception(self, ex, request, context, method_name):
             if isinstance(ex, grpc.aio.AbortError):  # refused, and logged
                 raise ex
-            code = next(
-                (c for k, c in codes.items() if isinstance(ex, k)), None
-            )
-            if code is None:
+            answer = plane.answer_for(ex)
+            if answer is None:
                 return await super().handle_exception(
                     ex, request, context, method_name
                 )
-            log_refusal(code.name, method_name, ex)
-            await context.abort(code, getattr(ex, "reason", None) or str(ex))
+            code = getattr(grpc.StatusCode, answer[1])
+            message = getattr(ex, "reason", None) or str(ex)
+            await refuse(context, code, message, method_name)
 
     return ClientErrors()
 

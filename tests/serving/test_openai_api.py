@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from keras_attn_cli import openai_api as oa
+from keras_attn_cli.serving import openai_api as oa
 from keras_attn_runtime.signature import Signature
 
 TRANSLATOR = Signature(
@@ -330,7 +330,7 @@ def serving(*names):
     it (its port as `client.port`); stopped when the module is done."""
     pytest.importorskip("kserve")
     openai = pytest.importorskip("openai")
-    from tests.cli.test_serve import SHIPPED, start
+    from tests.serving.test_serve import SHIPPED, start
 
     if not os.path.isdir(os.path.join(SHIPPED, names[0])):
         pytest.skip(f"no shipped {names[0]}")
@@ -357,7 +357,7 @@ def translations(sentences):
     shipped file's streaming signatures, which OpenAI's routes decode
     with."""
     from keras_attn_runtime import LiteRTTranslator
-    from tests.cli.test_serve import SHIPPED
+    from tests.serving.test_serve import SHIPPED
 
     lite = LiteRTTranslator(
         os.path.join(SHIPPED, "translation_en_fr", "model.tflite")
@@ -455,7 +455,7 @@ def generated(sentences):
     """What the folder's Keras model answers (`keras-attn translate
     --model translation_en_fr_lm`)."""
     from keras_attn.models import TextGenerator
-    from tests.cli.test_serve import SHIPPED
+    from tests.serving.test_serve import SHIPPED
 
     folder = os.path.join(SHIPPED, "translation_en_fr_lm")
     return TextGenerator.load(folder).generate(sentences)

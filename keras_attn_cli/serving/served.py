@@ -5,7 +5,7 @@ opener` opens (a SavedModel through the op allowlist, a `.tflite` or
 model's folder), its signatures' requests merged into batches
 (`Batcher`), each call on the model's one executor. The protocols
 (`tf_serving_api`, `open_inference`, `grpc_api`, `openai_routes`) call
-`ServedModel.run`; `keras_attn_cli.serve` runs the servers."""
+`ServedModel.run`; `keras_attn_cli.serving.serve` runs the servers."""
 
 import asyncio
 import concurrent.futures
@@ -13,18 +13,20 @@ import time
 
 import numpy as np
 
-from keras_attn_cli import open_inference as oip
-from keras_attn_cli import tf_serving_api as api
+from keras_attn_cli.serving import open_inference as oip
+from keras_attn_cli.serving import plane
+from keras_attn_cli.serving import tf_serving_api as api
+from keras_attn_cli.serving.limits import RequestError
 from keras_attn_runtime.opener import ModelError, PromptTooLong
 
 BATCHING = {"max_batch_size": 32, "batch_wait_ms": 5.0}
 
 
 def load_backend(path, allow_unsafe=False, accelerator="cpu"):
-    """The artifact at `path` (`keras_attn_cli.models.open_model`): a SavedModel
-    folder, a `.tflite`, `.keras` or `.onnx` file (`accelerator`: where
-    LiteRT runs a `.tflite`)."""
-    from keras_attn_cli.models import open_model
+    """The artifact at `path` (`keras_attn_cli.loading.open_model`): a
+    SavedModel folder, a `.tflite`, `.keras` or `.onnx` file
+    (`accelerator`: where LiteRT runs a `.tflite`)."""
+    from keras_attn_cli.loading import open_model
 
     return open_model(
         path, accelerator, allow_unsafe=allow_unsafe, flag="MODEL"
@@ -119,11 +121,9 @@ class Batcher:
 
 
 def default_key(backend):
-    """The signature KServe v2 calls: `serving_default`, else the first."""
-    signatures = backend.signatures
-    if api.DEFAULT_SIGNATURE in signatures:
-        return api.DEFAULT_SIGNATURE
-    return next(iter(signatures))
+    """The signature KServe v2 calls (the plane's rule with none asked
+    for: `serving_default`, else the first)."""
+    return plane.signature_key(backend.signatures)
 
 
 def batchers(backend, batching, executor):
@@ -186,7 +186,7 @@ def served_model_class():
                 wanted = api.output_filter(
                     payload.get("output_filter"), signatures[key]
                 )
-            except api.RequestError as err:
+            except RequestError as err:
                 raise InvalidInput(str(err)) from None
             out = api.filtered(await self.run(key, inputs), wanted)
             return api.format_predict(out, form)

@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from keras_attn_cli import registry
+from keras_attn_cli.serving import registry
 
 
 def served(name, version):

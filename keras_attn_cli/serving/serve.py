@@ -7,26 +7,27 @@ Prometheus metrics and KServe's v2 protocol; its V1 predict route is
 TensorFlow Serving's. This module loads the models (`keras_attn_cli.
 served`: a `ServedModel` per model and version, its requests merged into
 batches, under every protocol), binds the ports and runs the servers.
-The request and response rules are `keras_attn_cli.tf_serving_api`'s and
-`keras_attn_cli.open_inference`'s; the HTTP routes KServe lacks and the
-gate are `keras_attn_cli.http_routes`'; the gRPC services are
-`keras_attn_cli.grpc_api`'s.
+The request and response rules are `keras_attn_cli.serving.tf_serving_api`'s and
+`keras_attn_cli.serving.open_inference`'s; the HTTP routes KServe lacks and the
+gate are `keras_attn_cli.serving.http_routes`'; the gRPC services are
+`keras_attn_cli.serving.grpc_api`'s.
 """
 
 import asyncio
 import logging
 import signal
 
-from keras_attn_cli import access as access_rule
-from keras_attn_cli import (
+from keras_attn_cli.serving import access as access_rule
+from keras_attn_cli.serving import (
     connections,
     http_routes,
     openai_api,
     openai_routes,
     openapi_document,
+    plane,
     served,
 )
-from keras_attn_cli.limits import LOGGER, log_refusal
+from keras_attn_cli.serving.limits import LOGGER, log_refusal
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # The loggers of the server's parts: KServe's, uvicorn's (its access log
@@ -85,7 +86,7 @@ def serve(
 
 
 def _grpc_services():
-    from keras_attn_cli import grpc_api
+    from keras_attn_cli.serving import grpc_api
 
     if grpc_api.has_tensorflow_serving_api():
         return (
@@ -135,7 +136,7 @@ def _serving_line(models, host, port, grpc_port):
 
 
 # KServe's lines that say something untrue of this server (it serves
-# OpenAI's routes itself, `keras_attn_cli.openai_routes`).
+# OpenAI's routes itself, `keras_attn_cli.serving.openai_routes`).
 UNTRUE_LINES = ("OpenAI endpoints not registered",)
 
 
@@ -159,10 +160,12 @@ def _set_log_level(level):
 
 def _client_error_handlers(app):
     """KServe logs each client error as an ERROR with its traceback; these
-    answer the same status and body and log one WARNING line: the method,
-    the path, the status and the message."""
+    answer the plane's status for it (`plane.error_kinds`) with `{"error":
+    message}` and log one WARNING line: the method, the path, the status
+    and the message. KServe's `:explain` (it needs an explainer this
+    server never has) is a 501 this way, left out of the OpenAPI
+    document."""
     from fastapi.responses import JSONResponse
-    from kserve.errors import InvalidInput, ModelNotFound, ModelNotReady
 
     def handler(status):
         async def answer(request, exc):
@@ -172,14 +175,7 @@ def _client_error_handlers(app):
 
         return answer
 
-    for kind, status in (
-        (InvalidInput, 400),
-        (ModelNotFound, 404),
-        (ModelNotReady, 503),
-        # KServe's routes this server never answers (`:explain`, which
-        # needs an explainer): left out of the OpenAPI document.
-        (NotImplementedError, 501),
-    ):
+    for kind, status, _ in plane.error_kinds():
         app.add_exception_handler(kind, handler(status))
 
 
@@ -220,7 +216,7 @@ def _run_server(models, host, sock, limits, log, access, log_level="info"):
     async def run():
         rpc = None
         if grpc_port:  # built in the loop it runs on
-            from keras_attn_cli import grpc_api
+            from keras_attn_cli.serving import grpc_api
 
             rpc, bound = grpc_api.build_server(
                 models,
