@@ -211,8 +211,8 @@ def main(argv=None):
             agree = sum(same(got[t], want[t]) for t in texts)
             row[f"beam_{workers}_texts_per_s"] = len(texts) / seconds
             row[f"beam_{workers}_same_as_direct"] = f"{agree}/{len(texts)}"
-            if workers > 1:  # None: no worker process was seen
-                row["worker_rss_mib"] = rss or None
+            if workers > 1 and rss:  # left out: no worker process seen
+                row["worker_rss_mib"] = rss
         if cli is not None:
             row["cli_texts_per_s"] = len(texts) / cli_run(texts, cli)
         print(row, flush=True)

@@ -51,6 +51,7 @@ from keras_attn.export.saved_model import (
 from keras_attn.export.streaming import export_streaming_tflite
 from keras_attn.export.text_models import (
     check_text_export,
+    export_onnx,
     export_text_model,
     export_text_tflite,
     split_text_model,
@@ -77,6 +78,7 @@ __all__ = [
     "convert_tflite",
     "export_litertlm",
     "export_module",
+    "export_onnx",
     "export_saved_model",
     "export_signatures_tflite",
     "export_streaming_tflite",

@@ -159,6 +159,20 @@ def export_text_tflite(
     return path
 
 
+def export_onnx(text_model, path, *, overwrite=False, protect=()):
+    """An ONNX text classifier for a raw-text model, its vocabulary
+    inside: the token model through Keras's `export(format="onnx")`
+    (int32 token ids in, float32 out), the vocabulary and the length in
+    its `metadata_props` (`keras_attn.vocabulary`, `keras_attn.config`),
+    which `keras_attn_runtime.OnnxClassifier` reads. The same file as
+    `export_text_model(text_model, onnx=path)`; `overwrite` and
+    `protect` as there. Returns `path`."""
+    export_text_model(
+        text_model, onnx=path, overwrite=overwrite, protect=protect
+    )
+    return path
+
+
 def check_text_export(
     saved_model=None,
     tflite=None,

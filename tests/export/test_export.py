@@ -339,6 +339,13 @@ def test_onnx_export_matches_keras_and_is_safe(attention_model, tmp_path):
         np.testing.assert_allclose(got[key], want[key], atol=1e-5)
     # An earlier ONNX export is replaced; anything else is refused.
     export.export_text_model(attention_model, onnx=path)
+    # `export_onnx`, as the other formats have their own entry point:
+    # the same file's answers.
+    alone = str(tmp_path / "alone.onnx")
+    assert export.export_onnx(attention_model, alone) == alone
+    again = OnnxClassifier(alone).predict(TEXTS[:8])
+    for key in ("probability", "attention"):
+        np.testing.assert_array_equal(again[key], got[key])
     other = tmp_path / "notes.onnx"
     other.write_text("my notes")
     with pytest.raises(ValueError, match="not an earlier ONNX file"):
