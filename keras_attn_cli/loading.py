@@ -1,6 +1,6 @@
 """How the CLI loads and runs models: the loaders (the contracts they
 check are `keras_attn.opener`'s), the run harness (a model's errors in
-one line, `keras_attn.tf_errors`) and `open_model`, through which every
+one line, `keras_attn_cli.tf_errors`) and `open_model`, through which every
 command and `serve` open a file. Finding and naming them is
 `keras_attn_cli.finding`'s."""
 
@@ -29,7 +29,7 @@ def run_model(fn, *args):
     the interrupt is raised, until it ends: 9 s for a long translation)."""
     import tensorflow as tf
 
-    from keras_attn.tf_errors import memory_failure, op_error_line
+    from keras_attn_cli.tf_errors import memory_failure, op_error_line
 
     try:
         return interruptible(fn, *args)

@@ -37,8 +37,8 @@ import numpy as np
 from keras import ops
 
 import keras_attn
-from keras_attn import edge_targets as edge
 from keras_attn import export
+from keras_attn.export import edge_targets as edge
 from keras_attn_runtime import LiteRTClassifier
 
 HPARAMS = {

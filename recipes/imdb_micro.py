@@ -35,8 +35,8 @@ import imdb_edge
 import keras
 import numpy as np
 
-from keras_attn import edge_targets as edge
 from keras_attn import export
+from keras_attn.export import edge_targets as edge
 from keras_attn_runtime import LiteRTClassifier
 
 BOUNDS = {"size_bytes": 1 << 20, "arena_bytes": 256 << 10}

@@ -10,7 +10,7 @@ import pytest
 
 from tests.paths import ROOT
 
-# A dotted name in backticks, maybe called: `keras_attn.edge_targets`,
+# A dotted name in backticks, maybe called: `keras_attn.export.edge_targets`,
 # `keras_attn_runtime.LiteRTClassifier(...)`.
 NAME = re.compile(r"`(keras_attn(?:_cli|_runtime)?(?:\.[A-Za-z_][\w]*)+)")
 # Pages that record the past (names that existed then) are not read.

@@ -271,7 +271,7 @@ def v2_response(request, model_name, outputs):
 
 
 def model_error(err):
-    from keras_attn.tf_errors import op_error_line
+    from keras_attn_cli.tf_errors import op_error_line
 
     return f"The model failed to run: {op_error_line(str(err))}"
 

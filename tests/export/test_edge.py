@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import keras_attn
-from keras_attn import edge_targets as edge
 from keras_attn import export
+from keras_attn.export import edge_targets as edge
 from keras_attn.export import flatbuffer
 
 pytest.importorskip("ai_edge_litert")

@@ -127,7 +127,7 @@ def test_an_onnx_classifier_is_opened_and_run(tmp_path):
 
 
 def test_one_reading_of_a_litert_file_answers_every_edge_question():
-    from keras_attn import edge_targets
+    from keras_attn.export import edge_targets
     from keras_attn.export.flatbuffer import read_model
 
     path = os.path.join(SHIPPED, "imdb_micro", "model_int8.tflite")

@@ -244,7 +244,8 @@ def test_streaming_file_beam_searches_as_keras_cached_beam(tmp_path):
 
 @pytest.mark.slow
 def test_the_state_is_explicit_and_the_ops_builtin(tmp_path):
-    from keras_attn import edge_targets, export
+    from keras_attn import export
+    from keras_attn.export import edge_targets
     from keras_attn_runtime import StreamingDecoder
 
     encode, step_fn = tiny_model(POLICIES["int8"]())

@@ -1,9 +1,9 @@
-"""`keras_attn.tf_errors`: a TensorFlow error in one line that says
+"""`keras_attn_cli.tf_errors`: a TensorFlow error in one line that says
 what went wrong, an allocation that does not fit with its size."""
 
 import pytest
 
-from keras_attn import tf_errors
+from keras_attn_cli import tf_errors
 
 
 def test_tensorflow_errors_say_what_went_wrong():
