@@ -149,6 +149,10 @@ class TextGeneratorArtifact:
 
     kind = "keras"
     OUTPUT = "completion"
+    # `keras_attn_runtime.opener.StreamingArtifact`: one stream a call
+    # on the model's executor, which does not say how many it holds.
+    concurrent_streams = False
+    stream_capacity = None
 
     def __init__(self, folder):
         from keras_attn.models import TextGenerator

@@ -2,7 +2,6 @@
 (`keras_attn.translation.export_streaming_translator`) prints each sentence's
 words as its search settles them, with NumPy and LiteRT only."""
 
-import json
 import os
 
 from keras_attn_cli.finding import (
@@ -26,25 +25,16 @@ def streams(path):
     """Whether the LiteRT file at `path` has streaming signatures: a
     streaming file, or a one-call file that also streams."""
     from keras_attn_runtime.artifact import (
-        METADATA_CONFIG,
-        METADATA_STREAMING,
-        STREAMING_DECODER,
-        format_of,
         load_verified,
         metadata,
+        stream_layout,
     )
 
     try:
         entries = metadata(load_verified(path)[1])
     except ValueError:
         return False
-    if METADATA_STREAMING in entries:
-        return True
-    config = entries.get(METADATA_CONFIG, b"{}")
-    try:
-        return format_of(json.loads(config)) == STREAMING_DECODER
-    except (ValueError, AttributeError):
-        return False
+    return stream_layout(entries) is not None
 
 
 def _streaming_file(folder):

@@ -60,6 +60,28 @@ def format_of(config):
     return found
 
 
+# How a LiteRT file streams (`stream_layout`): a streaming file (only
+# `prefill` and `decode` signatures), or a one-call file with streaming
+# signatures beside its `translate`.
+STREAMING_FILE, ONE_CALL_AND_STREAMING = "streaming", "one_call_and_streaming"
+
+
+def stream_layout(entries):
+    """How a LiteRT file with metadata `entries` streams (`STREAMING_FILE`
+    or `ONE_CALL_AND_STREAMING`), or `None` when it has no streaming
+    signatures: the one place that decides whether a file streams."""
+    try:
+        config = json.loads(entries.get(METADATA_CONFIG, b"{}"))
+        streaming = format_of(config) == STREAMING_DECODER
+    except (ValueError, AttributeError, TypeError):
+        streaming = False
+    if streaming:
+        return STREAMING_FILE
+    if METADATA_STREAMING in entries:
+        return ONE_CALL_AND_STREAMING
+    return None
+
+
 def check_format(config, kind, model_path):
     """Raise a `ValueError` naming the file unless `config` (a dict) is a
     `kind` artifact of a version this runtime reads."""

@@ -21,6 +21,7 @@ with a clear message.
 """
 
 import os
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -64,6 +65,36 @@ TEXT = {"text": ("string", [None])}
 
 class ModelError(RuntimeError):
     """The model failed on its inputs (the message says where)."""
+
+
+@runtime_checkable
+class StreamingArtifact(Protocol):
+    """What an artifact that streams its answers offers (a translator
+    file with streaming signatures, a decoder-only model's folder), as
+    the server's OpenAI routes use it; `streams(artifact)` decides.
+
+    - `stream(text, stop=None)`: the answer's pieces as they are decided,
+      until `stop` (a `threading.Event`) is set.
+    - `concurrent_streams`: whether every caller's text decodes in shared
+      loops (the server then gives each stream a thread that waits),
+      else the streams take turns on the model's executor.
+    - `stream_capacity`: how many texts the loops hold at once, or
+      `None` when it does not say.
+    - `check_prompt(text)`: a `PromptTooLong` for a text past the model's
+      window, before any decoding.
+    """
+
+    concurrent_streams: bool
+    stream_capacity: object
+
+    def stream(self, text, stop=None): ...
+
+    def check_prompt(self, text): ...
+
+
+def streams(artifact):
+    """Whether `artifact` streams its answers (`StreamingArtifact`)."""
+    return isinstance(artifact, StreamingArtifact)
 
 
 class PromptTooLong(ValueError):

@@ -11,15 +11,16 @@ from keras_attn_runtime import legacy
 from keras_attn_runtime.artifact import (
     METADATA_CONFIG,
     METADATA_SOURCE_VOCABULARY,
-    METADATA_STREAMING,
     METADATA_TARGET_VOCABULARY,
-    STREAMING_DECODER,
+    ONE_CALL_AND_STREAMING,
+    STREAMING_FILE,
     TRANSLATOR,
     check_format,
     config_object,
     load_verified,
     metadata,
     metadata_length,
+    stream_layout,
 )
 from keras_attn_runtime.engine import LiteRTModel
 from keras_attn_runtime.streaming import StreamingDecoder
@@ -95,9 +96,8 @@ class LiteRTTranslator:
         if METADATA_CONFIG in entries:
             config = config_object(entries[METADATA_CONFIG], model_path)
         self.decoder = None  # a streaming file's
-        if isinstance(config, dict) and config.get("format") == (
-            STREAMING_DECODER
-        ):
+        layout = stream_layout(entries)
+        if layout == STREAMING_FILE and isinstance(config, dict):
             self.decoder = StreamingDecoder(
                 model_path, num_threads, accelerator, cpu_kernels
             )
@@ -107,7 +107,7 @@ class LiteRTTranslator:
             self.litert = LiteRTModel(
                 data, model, model_path, num_threads, accelerator, cpu_kernels
             )
-        if self.decoder is None and METADATA_STREAMING in entries:
+        if self.decoder is None and layout == ONE_CALL_AND_STREAMING:
             # A one-call file that also streams: one copy of the model.
             self.decoder = StreamingDecoder(model_path, litert=self.litert)
         self._lock = threading.Lock()

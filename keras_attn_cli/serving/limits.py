@@ -59,7 +59,7 @@ def stream_limit(limits, generator):
     `stream_capacity`), else `DEFAULT_STREAMS`."""
     if limits["max_streams"] is not None:
         return limits["max_streams"]
-    return getattr(generator, "stream_capacity", None) or DEFAULT_STREAMS
+    return generator.stream_capacity or DEFAULT_STREAMS
 
 
 def log_refusal(status, route, err):

@@ -21,6 +21,7 @@ from keras_attn_cli.serving.limits import (
     stream_limit,
 )
 from keras_attn_runtime.opener import PromptTooLong
+from keras_attn_runtime.opener import streams as can_stream
 
 
 def add_openai_routes(app, models):
@@ -37,7 +38,7 @@ def add_openai_routes(app, models):
     streams = {
         name
         for name, model in generative.items()
-        if callable(getattr(model.generator, "stream", None))
+        if can_stream(model.generator)
     }
     created = int(time.time())
     active = dict.fromkeys(streams, 0)  # streams decoding, a model
@@ -209,7 +210,7 @@ async def _pieces(model, prompt):
         loop.call_soon_threadsafe(queue.put_nowait, done)
         loop.call_soon_threadsafe(finished.set_result, None)
 
-    if getattr(generator, "concurrent_streams", False):
+    if generator.concurrent_streams:
         threading.Thread(target=produce, daemon=True).start()
         worker = finished
     else:

@@ -41,9 +41,9 @@ def streaming_companion(path, backend, accelerator="cpu"):
     import os
 
     from keras_attn_runtime.artifact import TRANSLATOR_FOLDER
-    from keras_attn_runtime.opener import is_saved_model, open_litert
+    from keras_attn_runtime.opener import is_saved_model, open_litert, streams
 
-    if "translate" not in backend.signatures or hasattr(backend, "stream"):
+    if "translate" not in backend.signatures or streams(backend):
         return None
     folder = os.path.normpath(path)
     if (
@@ -55,7 +55,7 @@ def streaming_companion(path, backend, accelerator="cpu"):
     if not os.path.isfile(lite):
         return None
     companion = open_litert(lite, accelerator)
-    return companion if hasattr(companion, "stream") else None
+    return companion if streams(companion) else None
 
 
 class Batcher:

@@ -320,3 +320,40 @@ def test_a_translators_window_is_checked_per_clause_before_it_runs():
             count,
         )
         assert f"at most {translator.length} subword tokens" in str(info.value)
+
+
+def test_one_place_decides_whether_a_file_and_an_artifact_stream():
+    """`artifact.stream_layout` (a file's metadata) and
+    `opener.streams` (an opened artifact, `StreamingArtifact`): what the
+    translator, `translate --stream` and the server's OpenAI routes
+    read."""
+    from keras_attn_runtime import artifact
+
+    config = json.dumps({"format": artifact.STREAMING_DECODER}).encode()
+    assert artifact.stream_layout({artifact.METADATA_CONFIG: config}) == (
+        artifact.STREAMING_FILE
+    )
+    both = {artifact.METADATA_STREAMING: b"{}"}
+    assert artifact.stream_layout(both) == artifact.ONE_CALL_AND_STREAMING
+    assert artifact.stream_layout({}) is None
+    assert artifact.stream_layout({artifact.METADATA_CONFIG: b"[1"}) is None
+
+    class Declared:
+        concurrent_streams, stream_capacity = False, None
+
+        def stream(self, text, stop=None):
+            yield text
+
+        def check_prompt(self, text):
+            pass
+
+    class Undeclared:  # a stream, but not the rest of the interface
+        def stream(self, text, stop=None):
+            yield text
+
+    assert opener.streams(Declared()) and not opener.streams(Undeclared())
+    lite = os.path.join(SHIPPED, "translation_en_fr", "model.tflite")
+    edge = os.path.join(SHIPPED, "imdb_edge", "model_full_int8.tflite")
+    if os.path.isfile(lite) and os.path.isfile(edge):
+        assert opener.streams(opener.open_litert(lite))
+        assert not opener.streams(opener.open_litert(edge))

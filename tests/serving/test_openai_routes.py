@@ -31,9 +31,16 @@ class Gated:
         )
     }
 
+    # `keras_attn_runtime.opener.StreamingArtifact`, as a model's own.
+    concurrent_streams = False
+    stream_capacity = None
+
     def __init__(self):
         self.gate = threading.Semaphore(0)
         self.stopped = threading.Event()
+
+    def check_prompt(self, text):
+        pass
 
     def stream(self, text, stop):
         for word in ("Je", " suis", " là."):

@@ -313,7 +313,8 @@ def test_litert_backend_imports_no_tensorflow():
     path = os.path.join(SHIPPED, "imdb_edge", "model_full_int8.tflite")
     code = (
         "import sys, numpy as np\n"
-        "from keras_attn_cli import commands, served\n"
+        "from keras_attn_cli import commands\n"
+        "from keras_attn_cli.serving import served\n"
         f"b = served.load_backend({path!r})\n"
         "b.run('serving_default', {'text': np.array([b'good'], object)})\n"
         "served.served_model_class()\n"

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from keras_attn_cli import tensor_protos  # noqa: E402
+from keras_attn_cli.serving import tensor_protos  # noqa: E402
 from keras_attn_runtime.signature import Signature  # noqa: E402
 
 
