@@ -153,6 +153,7 @@ class TextGeneratorArtifact:
     # on the model's executor, which does not say how many it holds.
     concurrent_streams = False
     stream_capacity = None
+    sampling = True  # `stream(..., sampling={...})`
 
     def __init__(self, folder):
         from keras_attn.models import TextGenerator
@@ -182,8 +183,14 @@ class TextGeneratorArtifact:
             raise ModelError(str(err)) from None
         return {self.OUTPUT: np.array(out, dtype=object)}
 
-    def stream(self, text, stop=None):
-        return self.generator.stream(text, stop)
+    def stream(self, text, stop=None, sampling=None):
+        """The completion's pieces; `sampling` (`{"temperature", "top_k",
+        "top_p", "seed"}`) samples them (`keras_attn.models.Sampling`)."""
+        from keras_attn.models import Sampling
+
+        if sampling is not None:
+            sampling = Sampling(**sampling)
+        return self.generator.stream(text, stop, sampling)
 
 
 def open_tensorflow_kind(kind, path, allow_unsafe=False):

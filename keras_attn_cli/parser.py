@@ -129,6 +129,13 @@ SERVE_FLAGS = (
         1000,
         "HTTP connections open at once; one more is closed at once",
     ),
+    (
+        "--max-queue",
+        int,
+        64,
+        "generative requests that wait for a place to decode, a model; "
+        "one more is a 429 (0: none wait)",
+    ),
     ("--max-batch-size", int, 32, "most examples merged into one call"),
     ("--batch-wait-ms", float, 5.0, "longest wait for a batch to fill"),
 )

@@ -82,10 +82,14 @@ class StreamingArtifact(Protocol):
       `None` when it does not say.
     - `check_prompt(text)`: a `PromptTooLong` for a text past the model's
       window, before any decoding.
+    - `sampling`: whether `stream` takes `sampling=` (`{"temperature",
+      "top_k", "top_p", "seed"}`: a sampled answer), else it answers
+      with its own search only.
     """
 
     concurrent_streams: bool
     stream_capacity: object
+    sampling: bool
 
     def stream(self, text, stop=None): ...
 
@@ -190,6 +194,7 @@ class TranslatorArtifact:
 
     kind = "litert"
     concurrent_streams = False
+    sampling = False  # the file's own search (its beam) only
 
     def __init__(self, path, translator):
         self.path, self.translator = path, translator

@@ -27,6 +27,80 @@ def is_text_generator(folder):
     )
 
 
+def greedy_pick(logits):
+    """The most likely token of `logits` `(1, V)`."""
+    from keras import ops
+
+    return int(ops.convert_to_numpy(ops.argmax(logits[0])))
+
+
+class Sampling:
+    """How a continuation is sampled instead of decoded greedily
+    (OpenAI's `temperature`, `top_p` and `seed`, and vLLM's `top_k`).
+
+    Args:
+        temperature: divides the logits; positive. Defaults to `1.0`.
+        top_k: keep the `top_k` most likely tokens; `None` keeps all.
+            Defaults to `None`.
+        top_p: keep the nucleus of probability `top_p` in `(0, 1]`.
+            Defaults to `1.0`.
+        seed: the seed of NumPy's generator of the uniform numbers;
+            `None` draws fresh entropy. Defaults to `None`.
+    """
+
+    def __init__(self, temperature=1.0, top_k=None, top_p=1.0, seed=None):
+        from keras_attn.seq2seq.samplers.random import check_top_k
+
+        if isinstance(temperature, bool) or not (
+            isinstance(temperature, (int, float)) and temperature > 0
+        ):
+            raise ValueError(
+                "Expected temperature to be a positive number. Received: "
+                f"temperature={temperature!r}"
+            )
+        check_top_k(top_k, "top_k")
+        if isinstance(top_p, bool) or not (
+            isinstance(top_p, (int, float)) and 0 < top_p <= 1
+        ):
+            raise ValueError(
+                f"Expected top_p to be in (0, 1]. Received: top_p={top_p!r}"
+            )
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int)
+        ):
+            raise ValueError(
+                "Expected seed to be an integer or None. Received: "
+                f"seed={seed!r}"
+            )
+        self.temperature, self.top_k = float(temperature), top_k
+        self.top_p, self.seed = float(top_p), seed
+
+    def picker(self):
+        """`pick(logits (1, V)) -> token`: one draw a call, from a
+        generator started at `seed` (a new continuation, a new picker)."""
+        import numpy as np
+        from keras import ops
+
+        from keras_attn.seq2seq.samplers.random import (
+            inverse_cdf,
+            nucleus,
+            top_k_cut,
+        )
+
+        rng = np.random.default_rng(self.seed)
+
+        def pick(logits):
+            logits = ops.cast(logits, "float32") / self.temperature
+            if self.top_k is not None:
+                logits = top_k_cut(logits, self.top_k)
+            if self.top_p < 1:
+                logits = nucleus(logits, self.top_p)
+            u = ops.convert_to_tensor(rng.random(1, dtype="float32"))
+            return int(ops.convert_to_numpy(inverse_cdf(logits, u))[0])
+
+        return pick
+
+
 class TextGenerator:
     """Prompts in, continuations out, as LiteRT-LM's engine makes them:
     the start token, the prompt between `prompt_prefix` and
@@ -123,14 +197,21 @@ class TextGenerator:
             for ids in self.generate_ids(texts, batch_size)
         ]
 
-    def stream(self, text, stop=None):
+    def stream(self, text, stop=None, sampling=None):
         """The continuation of `text` in pieces, as tokens are decided:
         each piece is what the text decoded so far adds (special tokens
         kept, as the engine keeps them). `stop`: a `threading.Event`
         (or anything with `is_set`) that ends the loop between tokens,
-        e.g. when a client hangs up."""
+        e.g. when a client hangs up. `sampling`: `None` (greedy, as the
+        engine decodes), or a `Sampling`: each token drawn from
+        `softmax(logits / temperature)` cut to the `top_k` most likely
+        and to the `top_p` nucleus (`keras_attn.seq2seq.samplers`'
+        `top_k_cut`, `nucleus` and `inverse_cdf`), the uniform numbers
+        from NumPy's generator at `seed`: the same seed gives the same
+        text."""
         from keras import ops
 
+        pick = greedy_pick if sampling is None else sampling.picker()
         ids = self.prompt_ids(text)
         stops = {self.tokenizer.token_to_id(t) for t in self.stop_tokens}
         cache = self.model.empty_cache(1, self.context_length)
@@ -143,7 +224,7 @@ class TextGenerator:
             logits, cache = self.model.call_with_cache(
                 ops.convert_to_tensor([[token]], "int32"), cache, position
             )
-            token = int(ops.convert_to_numpy(ops.argmax(logits[0, -1])))
+            token = pick(logits[:, -1])
             position += 1
             if token in stops:
                 return

@@ -13,7 +13,8 @@ def serve(args):
 
     for flag, kind, _, _ in SERVE_FLAGS:
         value = getattr(args, flag[2:].replace("-", "_"))
-        off = flag == "--grpc-port" and value == 0  # 0 turns gRPC off
+        # 0 turns gRPC off; with --max-queue, no request waits.
+        off = flag in ("--grpc-port", "--max-queue") and value == 0
         off = off or value is None  # the model's own (--max-streams)
         if kind is not str and not off and not value > 0:
             raise ValueError(

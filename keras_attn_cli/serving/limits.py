@@ -18,6 +18,9 @@ LIMITS = {
     # is a 429 with `Retry-After`, not a queue without bound. `None`:
     # what the model's decode loops hold at once (`stream_limit`).
     "max_streams": None,
+    # Requests that wait for a place to decode, a model; one more is a
+    # 429 with `Retry-After` (`admission`).
+    "max_queue": 64,
     # Connections (HTTP; gRPC's handshake): seconds to send a request's
     # headers, and how many may be open at once (`connections`).
     "header_timeout": 10.0,

@@ -32,6 +32,8 @@ PREFIX = "/openai/v1"
 # The signatures a generative model answers with, and their text output.
 GENERATIVE = {"translate": "translation", "generate": "completion"}
 MAX_STOPS = 4  # OpenAI's limit on `stop` strings
+MAX_CHOICES = 4  # the most answers (`n`) one request asks for
+MAX_TEMPERATURE = 2  # OpenAI's bound
 
 
 class OpenAIError(ValueError):
@@ -220,18 +222,12 @@ def parse_request(body, generative, chat=False):
             f"{limit}={max_tokens}",
             limit,
         )
-    temperature = _check_type(body, "temperature", (int, float), "a number")
-    if temperature not in (None, 0):
-        raise OpenAIError(
-            "This model answers with its own deterministic search "
-            "(temperature 0 or absent); it has no sampling. Received: "
-            f"temperature={temperature}",
-            "temperature",
-        )
-    _check_type(body, "seed", (int,), "an integer")
+    sampling = _sampling(body)
     n = _check_type(body, "n", (int,), "an integer")
-    if n not in (None, 1):
-        raise OpenAIError(f"Only n=1 is served. Received: n={n}", "n")
+    if n is not None and not 1 <= n <= MAX_CHOICES:
+        raise OpenAIError(
+            f"Expected n to be from 1 to {MAX_CHOICES}. Received: n={n}", "n"
+        )
     stop = body.get("stop")
     stop = [stop] if isinstance(stop, str) else stop
     if stop is not None and (
@@ -255,6 +251,44 @@ def parse_request(body, generative, chat=False):
         "stop": stop or [],
         "stream": stream,
         "include_usage": bool(options.get("include_usage")),
+        "sampling": sampling,
+        "n": n or 1,
+    }
+
+
+def _sampling(body):
+    """`None` (the model's own search: `temperature` 0 or absent), or
+    `{"temperature", "top_k", "top_p", "seed"}` for a sampled answer;
+    an `OpenAIError` naming a value out of its range. `top_k` (vLLM's and
+    `litert-lm serve`'s field) of 0 or -1 keeps every token."""
+    temperature = _check_type(body, "temperature", (int, float), "a number")
+    if temperature is not None and not 0 <= temperature <= MAX_TEMPERATURE:
+        raise OpenAIError(
+            f"Expected temperature to be from 0 to {MAX_TEMPERATURE}. "
+            f"Received: temperature={temperature}",
+            "temperature",
+        )
+    top_p = _check_type(body, "top_p", (int, float), "a number")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise OpenAIError(
+            f"Expected top_p to be in (0, 1]. Received: top_p={top_p}",
+            "top_p",
+        )
+    top_k = _check_type(body, "top_k", (int,), "an integer")
+    if top_k is not None and top_k < -1:
+        raise OpenAIError(
+            "Expected top_k to be a positive integer, or 0 or -1 for every "
+            f"token. Received: top_k={top_k}",
+            "top_k",
+        )
+    seed = _check_type(body, "seed", (int,), "an integer")
+    if not temperature:
+        return None
+    return {
+        "temperature": temperature,
+        "top_k": top_k if top_k and top_k > 0 else None,
+        "top_p": 1.0 if top_p is None else top_p,
+        "seed": seed,
     }
 
 
@@ -271,8 +305,11 @@ def finished(text, max_tokens=None, stop=()):
 
 
 def usage(prompt, text):
-    """OpenAI's `usage`, counting words."""
-    asked, answered = len(prompt.split()), len(text.split())
+    """OpenAI's `usage`, counting words (`text`: the answer, or a list of
+    the `n` answers)."""
+    texts = [text] if isinstance(text, str) else text
+    asked = len(prompt.split())
+    answered = sum(len(t.split()) for t in texts)
     return {
         "prompt_tokens": asked,
         "completion_tokens": answered,
@@ -292,24 +329,30 @@ def _head(settings, chat, chunk=False):
 
 
 def response(settings, text, reason, chat=False):
-    """The whole answer: a `text_completion` or a `chat.completion`."""
-    if chat:
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "finish_reason": reason,
-        }
-    else:
-        choice = {
-            "index": 0,
-            "text": text,
-            "logprobs": None,
-            "finish_reason": reason,
-        }
+    """The whole answer: a `text_completion` or a `chat.completion` (`n`
+    copies of one deterministic answer; `response_choices` for answers
+    that differ)."""
+    return response_choices(
+        settings, [(text, reason)] * settings.get("n", 1), chat
+    )
+
+
+def response_choices(settings, answers, chat=False):
+    """The whole answer with a choice per `(text, finish_reason)` of
+    `answers`."""
+    choices = []
+    for index, (text, reason) in enumerate(answers):
+        if chat:
+            message = {"role": "assistant", "content": text}
+            choice = {"index": index, "message": message}
+        else:
+            choice = {"index": index, "text": text, "logprobs": None}
+        choices.append({**choice, "finish_reason": reason})
+    texts = [text for text, _ in answers]
     return {
         **_head(settings, chat),
-        "choices": [choice],
-        "usage": usage(settings["prompt"], text),
+        "choices": choices,
+        "usage": usage(settings["prompt"], texts),
     }
 
 
@@ -317,12 +360,12 @@ def _event_maker(head, chat):
     """`event(delta, finish=None)`: one server-sent event of a stream's
     chunk objects under `head` (a chat's delta, or a completion's text)."""
 
-    def event(delta, finish=None):
+    def event(delta, finish=None, index=0):
         if chat:
-            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            choice = {"index": index, "delta": delta, "finish_reason": finish}
         else:
             choice = {
-                "index": 0,
+                "index": index,
                 "text": delta.get("content", ""),
                 "logprobs": None,
                 "finish_reason": finish,
@@ -345,14 +388,17 @@ def chunks(settings, text, reason, chat=False):
     chunk if asked for (`stream_options.include_usage`), `[DONE]`."""
     head = _head(settings, chat, chunk=True)
     event = _event_maker(head, chat)
-
-    if chat:
-        yield event({"role": "assistant", "content": ""})
-    for i, word in enumerate(text.split()):
-        yield event({"content": word if i == 0 else " " + word})
-    yield event({}, reason)
+    n = settings.get("n", 1)
+    for index in range(n):
+        if chat:
+            yield event({"role": "assistant", "content": ""}, None, index)
+        for i, word in enumerate(text.split()):
+            yield event(
+                {"content": word if i == 0 else " " + word}, None, index
+            )
+        yield event({}, reason, index)
     if settings["include_usage"]:
-        yield _usage_event(head, settings, text)
+        yield _usage_event(head, settings, [text] * n)
     yield "data: [DONE]\n\n"
 
 
@@ -379,48 +425,65 @@ def error_event(err):
 
 def stream_events(settings, pieces, chat=False, on_error=lambda err: None):
     """Server-sent events of a streamed answer, from `pieces` (an async
-    iterator of text as it is decoded): each piece as a chunk as soon as
-    no stop string can begin in it, cut at a stop string or after
-    `max_tokens` words, then the final chunk, the usage chunk if asked
-    for, and `[DONE]`. A failure after the stream began ends it with an
-    error event (`error_event`, after `on_error(err)`) and `[DONE]`.
-    Async: the caller's `pieces` is closed when the stream ends early."""
+    iterator of text as it is decoded, or a list of them, one a choice,
+    read one after the other): each piece as a chunk as soon as no stop
+    string can begin in it, cut at a stop string or after `max_tokens`
+    words, then the choice's final chunk; after the last choice the
+    usage chunk if asked for, and `[DONE]`. A failure after the stream
+    began ends it with an error event (`error_event`, after
+    `on_error(err)`) and `[DONE]`. Async: the caller's `pieces` is
+    closed when the stream ends early."""
     head = _head(settings, chat, chunk=True)
     event = _event_maker(head, chat)
+    choices = pieces if isinstance(pieces, list) else [pieces]
 
     async def events():
-        if chat:
-            yield event({"role": "assistant", "content": ""})
-        text, sent, reason = "", 0, "stop"
-        stops, limit = settings["stop"], settings["max_tokens"]
-        try:
-            async for piece in pieces:
-                text += piece
-                cut, reason = finished(text, limit, stops)
-                if cut != text:  # a stop string, or past max_tokens
-                    text = cut
-                    break
-                # Held back: what could begin a stop string, and trailing
-                # spaces (a cut answer ends without them).
-                ready = len(text[: len(text) - held_back(text, stops)].rstrip())
-                if ready > sent:
-                    yield event({"content": text[sent:ready]})
-                    sent = ready
-            else:
-                text, reason = finished(text, limit, stops)
-        except Exception as err:  # the model failed after the stream began
-            on_error(err)
-            yield error_event(err)
-            yield "data: [DONE]\n\n"
-            return
-        if len(text) > sent:
-            yield event({"content": text[sent:]})
-        yield event({}, reason)
+        texts = []
+        for index, choice in enumerate(choices):
+            if chat:
+                yield event({"role": "assistant", "content": ""}, None, index)
+            try:
+                async for line in _choice_events(
+                    settings, choice, event, index
+                ):
+                    if isinstance(line, tuple):  # the choice's whole text
+                        texts.append(line[0])
+                    else:
+                        yield line
+            except Exception as err:  # the model failed after it began
+                on_error(err)
+                yield error_event(err)
+                yield "data: [DONE]\n\n"
+                return
         if settings["include_usage"]:
-            yield _usage_event(head, settings, text)
+            yield _usage_event(head, settings, texts)
         yield "data: [DONE]\n\n"
 
     return events()
+
+
+async def _choice_events(settings, pieces, event, index):
+    """One choice's chunks (`stream_events`), then `(its text,)`."""
+    text, sent, reason = "", 0, "stop"
+    stops, limit = settings["stop"], settings["max_tokens"]
+    async for piece in pieces:
+        text += piece
+        cut, reason = finished(text, limit, stops)
+        if cut != text:  # a stop string, or past max_tokens
+            text = cut
+            break
+        # Held back: what could begin a stop string, and trailing spaces
+        # (a cut answer ends without them).
+        ready = len(text[: len(text) - held_back(text, stops)].rstrip())
+        if ready > sent:
+            yield event({"content": text[sent:ready]}, None, index)
+            sent = ready
+    else:
+        text, reason = finished(text, limit, stops)
+    if len(text) > sent:
+        yield event({"content": text[sent:]}, None, index)
+    yield event({}, reason, index)
+    yield (text,)
 
 
 def model_list(names, created):

@@ -13,6 +13,7 @@ import threading
 import time
 
 from keras_attn_cli.serving import openai_api as rules
+from keras_attn_cli.serving.admission import Admission, TooBusy
 from keras_attn_cli.serving.limits import (
     LOGGER,
     RequestError,
@@ -41,7 +42,15 @@ def add_openai_routes(app, models):
         if can_stream(model.generator)
     }
     created = int(time.time())
-    active = dict.fromkeys(streams, 0)  # streams decoding, a model
+    admissions = {
+        name: Admission(
+            name,
+            stream_limit(model.limits, model.generator),
+            model.limits["max_queue"],
+        )
+        for name, model in generative.items()
+        if name in streams
+    }
 
     async def answer(request, chat):
         try:
@@ -57,17 +66,21 @@ def add_openai_routes(app, models):
                 settings["prompt"].encode("utf-8"), "the prompt", model.limits
             )
             _check_window(model.generator, settings["prompt"], chat)
+            _check_sampling(model.generator, settings)
             if settings["model"] in streams:
-                pieces = _counted_pieces(model, settings, active)
+                admission = admissions[settings["model"]]
+                choices = await _admitted(model, settings, admission)
                 if settings["stream"]:
                     failed = _failure_logger(request)
                     events = rules.stream_events(
-                        settings, pieces, chat, on_error=failed
+                        settings, choices.pieces, chat, on_error=failed
                     )
                     return StreamingResponse(
-                        events, media_type="text/event-stream"
+                        choices.closing(events),
+                        media_type="text/event-stream",
                     )
-                text = "".join([piece async for piece in pieces])
+                answers = await choices.joined()
+                return rules.response_choices(settings, answers, chat)
             else:
                 text = await _complete(model, settings["prompt"])
         except rules.OpenAIError as err:
@@ -144,30 +157,78 @@ def _refused(err, request):
     )
 
 
-def _counted_pieces(model, settings, active):
-    """The pieces of `model`'s answer, counted in `active` (`{model name:
-    answers decoding}`) until they end (all read, or the client hung up);
-    one answer past `max_streams` is a 429."""
-    name = settings["model"]
-    if active[name] >= stream_limit(model.limits, model.generator):
+def _check_sampling(generator, settings):
+    """A 400 naming `temperature` for a sampled answer asked of a model
+    that answers only with its own search (a translator's beam)."""
+    if settings["sampling"] is not None and not (
+        can_stream(generator) and generator.sampling
+    ):
         raise rules.OpenAIError(
-            f"{name} is decoding {active[name]} streams, its limit "
-            "(--max-streams); retry after a second.",
-            status=429,
-            code="too_many_streams",
+            f"{settings['model']} answers with its own deterministic search "
+            "(temperature 0 or absent); it has no sampling. Received: "
+            f"temperature={settings['sampling']['temperature']}",
+            "temperature",
         )
-    pieces = _pieces(model, settings["prompt"])
-    active[name] += 1
 
-    async def counted():
+
+class _Choices:
+    """An admitted request's `n` answers: `pieces` (an async iterator a
+    choice, timed, read one after the other), `joined()` (the whole
+    texts), `closing(events)` (a stream that frees the place and stops
+    the decoding when it ends or its client hangs up)."""
+
+    def __init__(self, pieces, settings, admission):
+        self.pieces, self.settings = pieces, settings
+        self.admission = admission
+
+    async def close(self):
         try:
-            async for piece in pieces:
-                yield piece
+            for pieces in self.pieces:
+                await pieces.aclose()
         finally:
-            await pieces.aclose()
-            active[name] -= 1
+            self.admission.leave()
 
-    return counted()
+    async def joined(self):
+        try:
+            texts = []
+            for pieces in self.pieces:
+                texts.append("".join([piece async for piece in pieces]))
+        finally:
+            await self.close()
+        limit, stops = self.settings["max_tokens"], self.settings["stop"]
+        return [rules.finished(text, limit, stops) for text in texts]
+
+    def closing(self, events):
+        async def closed():
+            try:
+                async for event in events:
+                    yield event
+            finally:
+                await self.close()
+
+        return closed()
+
+
+async def _admitted(model, settings, admission):
+    """`_Choices` of `model`'s answer once a place is free; past the
+    line (`--max-queue`), a 429."""
+    arrived = time.monotonic()
+    try:
+        await admission.enter()
+    except TooBusy as err:
+        raise rules.OpenAIError(
+            str(err), status=429, code="too_many_requests"
+        ) from None
+    sampling = settings["sampling"]
+    pieces = []
+    for index in range(settings["n"]):
+        own = None
+        if sampling is not None:  # a seed a choice, each reproducible
+            seed = sampling["seed"]
+            own = {**sampling, "seed": None if seed is None else seed + index}
+        stream = _pieces(model, settings["prompt"], own)
+        pieces.append(admission.timed(stream, arrived))
+    return _Choices(pieces, settings, admission)
 
 
 async def _complete(model, prompt):
@@ -190,7 +251,7 @@ async def _complete(model, prompt):
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-async def _pieces(model, prompt):
+async def _pieces(model, prompt, sampling=None):
     """The pieces of `model`'s streamed answer to `prompt`, decoded on
     the model's executor (one model call at a time, as every route's),
     or, for a generator that decodes every caller in one loop
@@ -203,7 +264,8 @@ async def _pieces(model, prompt):
 
     def produce():
         try:
-            for piece in generator.stream(prompt, stop):
+            extra = {} if sampling is None else {"sampling": sampling}
+            for piece in generator.stream(prompt, stop, **extra):
                 loop.call_soon_threadsafe(queue.put_nowait, piece)
         except Exception as err:  # a model failure ends the stream
             loop.call_soon_threadsafe(queue.put_nowait, err)

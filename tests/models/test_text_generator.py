@@ -119,3 +119,45 @@ def test_a_served_folder_refuses_a_prompt_past_its_window_as_the_clients(
         with pytest.raises(PromptTooLong) as info:
             call()
         assert (info.value.limit, info.value.received) == (15, 16)
+
+
+def test_a_sampled_continuation_is_the_same_for_the_same_seed():
+    """`stream(..., sampling=Sampling(...))`: the seed decides the text
+    (the same seed, the same text; several seeds, several texts, on a
+    model with random weights); top_k=1 is greedy; bad settings are
+    named."""
+    from keras_attn.models import Sampling
+
+    g = generator()
+    text = "w7 w8 w9"
+
+    def sampled(**kwargs):
+        return "".join(g.stream(text, sampling=Sampling(**kwargs)))
+
+    assert sampled(seed=3, temperature=1.5) == sampled(seed=3, temperature=1.5)
+    texts = {sampled(seed=s, temperature=1.5) for s in range(6)}
+    assert len(texts) > 1
+    assert sampled(seed=4, top_k=1) == g.generate([text])[0]
+    assert sampled(seed=5, top_p=1e-6) == g.generate([text])[0]
+    for bad, match in (
+        ({"temperature": 0}, "temperature=0"),
+        ({"top_k": 0}, "top_k=0"),
+        ({"top_p": 1.5}, "top_p=1.5"),
+        ({"seed": "1"}, "seed='1'"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            Sampling(**bad)
+
+
+def test_the_served_folder_samples_from_a_settings_dict(tmp_path):
+    from keras_attn.models import Sampling
+    from keras_attn.opener import TextGeneratorArtifact
+    from keras_attn_runtime.opener import streams
+
+    g = generator()
+    g.save(str(tmp_path))
+    artifact = TextGeneratorArtifact(str(tmp_path))
+    assert streams(artifact) and artifact.sampling
+    settings = {"temperature": 1.5, "top_k": None, "top_p": 1.0, "seed": 2}
+    got = "".join(artifact.stream("w7 w8", sampling=settings))
+    assert got == "".join(g.stream("w7 w8", sampling=Sampling(**settings)))

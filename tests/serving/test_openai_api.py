@@ -104,6 +104,8 @@ def test_a_completion_request_is_read_with_openais_defaults():
         "stop": [],
         "stream": False,
         "include_usage": False,
+        "sampling": None,
+        "n": 1,
     }
     chat = oa.parse_request(
         {
@@ -143,11 +145,22 @@ def test_a_completion_request_is_read_with_openais_defaults():
             400,
         ),
         (
-            {"model": "translator", "prompt": "Hi.", "temperature": 0.7},
+            {"model": "translator", "prompt": "Hi.", "temperature": 2.5},
             "temperature",
             400,
         ),
-        ({"model": "translator", "prompt": "Hi.", "n": 2}, "n", 400),
+        (
+            {"model": "translator", "prompt": "Hi.", "temperature": -1},
+            "temperature",
+            400,
+        ),
+        ({"model": "translator", "prompt": "Hi.", "top_p": 0}, "top_p", 400),
+        ({"model": "translator", "prompt": "Hi.", "top_p": 1.5}, "top_p", 400),
+        ({"model": "translator", "prompt": "Hi.", "top_k": -2}, "top_k", 400),
+        ({"model": "translator", "prompt": "Hi.", "top_k": 2.5}, "top_k", 400),
+        ({"model": "translator", "prompt": "Hi.", "seed": "1"}, "seed", 400),
+        ({"model": "translator", "prompt": "Hi.", "n": 5}, "n", 400),
+        ({"model": "translator", "prompt": "Hi.", "n": 0}, "n", 400),
         (
             {"model": "translator", "prompt": "Hi.", "stop": ["a"] * 5},
             "stop",
@@ -266,6 +279,64 @@ def test_a_lone_surrogate_is_a_400_naming_its_field(body, param, chat):
     # JSON's \u escapes carry lone surrogates into Python strings.
     body = json.loads(json.dumps(body))
     _refused_naming(body, param, chat=chat)
+
+
+def test_sampling_is_read_as_openai_and_vllm_send_it():
+    def read(**fields):
+        body = {"model": "translator", "prompt": "Hi.", **fields}
+        return oa.parse_request(body, GENERATIVE)
+
+    assert read(temperature=0, top_p=0.5, seed=3)["sampling"] is None
+    assert read()["sampling"] is None  # the model's own search
+    got = read(temperature=0.7, top_p=0.9, top_k=40, seed=3, n=4)
+    assert got["sampling"] == {
+        "temperature": 0.7,
+        "top_k": 40,
+        "top_p": 0.9,
+        "seed": 3,
+    }
+    assert got["n"] == 4
+    assert read(temperature=1, top_k=-1)["sampling"]["top_k"] is None
+    assert read(temperature=1, top_k=0)["sampling"]["top_p"] == 1.0
+
+
+def test_n_choices_in_whole_and_streamed_answers():
+    import asyncio
+
+    settings = {
+        "model": "lm",
+        "prompt": "I am here.",
+        "include_usage": True,
+        "stop": [],
+        "max_tokens": None,
+        "n": 2,
+    }
+    whole = oa.response_choices(
+        settings, [("Je suis là.", "stop"), ("Me voici.", "stop")], chat=True
+    )
+    assert [c["index"] for c in whole["choices"]] == [0, 1]
+    assert whole["choices"][1]["message"]["content"] == "Me voici."
+    assert whole["usage"]["completion_tokens"] == 5
+
+    async def pieces(*words):
+        for word in words:
+            yield word
+
+    async def read():
+        streams = [pieces("Je", " suis", " là."), pieces("Me", " voici.")]
+        return [e async for e in oa.stream_events(settings, streams, True)]
+
+    got = events(asyncio.run(read()))
+    texts = {}
+    for e in got[:-1]:
+        for c in e["choices"]:
+            texts[c["index"]] = texts.get(c["index"], "") + (
+                c["delta"].get("content") or ""
+            )
+    assert texts == {0: "Je suis là.", 1: "Me voici."}
+    assert got[-1]["usage"]["completion_tokens"] == 5
+    copies = events(oa.chunks(settings, "Oui.", "stop"))
+    assert {c["index"] for e in copies[:-1] for c in e["choices"]} == {0, 1}
 
 
 def test_a_chat_must_end_with_the_users_message():
@@ -500,6 +571,44 @@ def test_the_decoder_only_translator_streams_its_tokens_as_decided(lm_client):
     )
     assert got.choices[0].text
     assert time.perf_counter() - started < alone + 2.0
+
+
+@pytest.mark.slow
+def test_a_seeded_sample_through_openais_client_is_the_same_every_time(
+    lm_client,
+):
+    """OpenAI's client, `stream=True` and a `seed`: the joined stream is
+    the unstreamed answer for that seed, and the same again; `n=2` gives
+    two choices (seeds 11 and 12); 16 concurrent streams are answered,
+    not refused (the default `--max-queue`)."""
+    import concurrent.futures
+
+    sentence = "We will go to the station tomorrow morning."
+    asked = {
+        "model": "translation_en_fr_lm",
+        "prompt": sentence,
+        "temperature": 1.3,
+        "top_p": 0.95,
+        "seed": 11,
+    }
+
+    def streamed():
+        return "".join(
+            c.choices[0].text
+            for c in lm_client.completions.create(**asked, stream=True)
+            if c.choices
+        )
+
+    whole = lm_client.completions.create(**asked).choices[0].text
+    assert streamed() == whole == streamed()
+    two = lm_client.completions.create(**asked, n=2)
+    assert [c.index for c in two.choices] == [0, 1]
+    assert two.choices[0].text == whole
+    again = lm_client.completions.create(**{**asked, "seed": 12})
+    assert two.choices[1].text == again.choices[0].text
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda _: streamed(), range(16)))
+    assert answers == [whole] * 16
 
 
 @pytest.mark.slow

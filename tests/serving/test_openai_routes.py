@@ -34,6 +34,7 @@ class Gated:
     # `keras_attn_runtime.opener.StreamingArtifact`, as a model's own.
     concurrent_streams = False
     stream_capacity = None
+    sampling = False
 
     def __init__(self):
         self.gate = threading.Semaphore(0)
@@ -116,7 +117,8 @@ def test_one_stream_past_the_limit_is_a_429_with_retry_after(
     backend = Gated()
     if capacity is not None:
         backend.stream_capacity = capacity
-    base, model = serving({**LIMITS, "max_streams": max_streams}, backend)
+    limits = {**LIMITS, "max_streams": max_streams, "max_queue": 0}
+    base, model = serving(limits, backend)
 
     async def run():
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
@@ -129,6 +131,7 @@ def test_one_stream_past_the_limit_is_a_429_with_retry_after(
                 error = refused.json()["error"]
                 assert error["type"] == "rate_limit_error"
                 assert "--max-streams" in error["message"]
+                assert "--max-queue" in error["message"]
                 for _ in range(3):
                     model.backend.gate.release()
                 text = "".join(
@@ -146,6 +149,95 @@ def test_one_stream_past_the_limit_is_a_429_with_retry_after(
             assert again.status_code == 200
 
     asyncio.run(run())
+
+
+def test_a_request_past_the_running_limit_waits_in_line_then_answers(
+    serving,
+):
+    """With `--max-streams 1` and `--max-queue 1`: the second request
+    waits (counted as waiting), is answered once the first ends, and a
+    third while the second waits is a 429; the metrics route's gauges
+    and histograms carry vLLM's names."""
+    from keras_attn_cli.serving.admission import metrics
+
+    limits = {**LIMITS, "max_streams": 1, "max_queue": 1}
+    base, model = serving(limits, Gated())
+    waiting = metrics()["waiting"].labels("lm")
+
+    async def run():
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            url = "/openai/v1/completions"
+            async with client.stream("POST", url, json=BODY) as first:
+                assert first.status_code == 200
+                second = asyncio.create_task(
+                    client.post(url, json={**BODY, "stream": False})
+                )
+                for _ in range(100):
+                    if waiting._value.get() == 1:
+                        break
+                    await asyncio.sleep(0.02)
+                assert waiting._value.get() == 1
+                third = await client.post(url, json=BODY)
+                assert third.status_code == 429
+                assert third.headers["retry-after"] == "1"
+                for _ in range(6):  # the first's pieces, then the second's
+                    model.backend.gate.release()
+                text = "".join(
+                    [
+                        json.loads(line[6:])["choices"][0]["text"]
+                        async for line in first.aiter_lines()
+                        if line.startswith("data: {")
+                    ]
+                )
+                assert text == "Je suis là."
+            got = await second
+            assert got.status_code == 200
+            assert got.json()["choices"][0]["text"] == "Je suis là."
+
+    asyncio.run(run())
+    from prometheus_client import REGISTRY, generate_latest
+
+    exposed = generate_latest(REGISTRY).decode()
+    for name in (
+        "keras_attn:time_to_first_token_seconds_bucket",
+        "keras_attn:inter_token_latency_seconds_bucket",
+        "keras_attn:request_queue_time_seconds_bucket",
+        'keras_attn:num_requests_running{model_name="lm"}',
+        'keras_attn:num_requests_waiting{model_name="lm"}',
+    ):
+        assert name in exposed, name
+
+
+class Sampled(Gated):
+    """A stand-in that samples: its pieces say the seed it was given."""
+
+    sampling = True
+
+    def stream(self, text, stop, sampling=None):
+        seed = None if sampling is None else sampling["seed"]
+        yield f"seed {seed}"
+
+
+def test_sampling_reaches_a_model_that_samples_with_a_seed_a_choice(serving):
+    base, _ = serving(LIMITS, Sampled())
+    body = {"model": "lm", "prompt": "Hi.", "temperature": 0.8, "seed": 7}
+    got = httpx.post(f"{base}/openai/v1/completions", json={**body, "n": 3})
+    assert got.status_code == 200, got.text
+    texts = [c["text"] for c in got.json()["choices"]]
+    assert texts == ["seed 7", "seed 8", "seed 9"]
+    greedy = httpx.post(
+        f"{base}/openai/v1/completions", json={**body, "temperature": 0}
+    )
+    assert greedy.json()["choices"][0]["text"] == "seed None"
+
+
+def test_sampling_asked_of_a_model_that_cannot_is_a_400(serving):
+    base, _ = serving(LIMITS, Windowed())
+    body = {"model": "lm", "prompt": "Hi.", "temperature": 0.8}
+    got = httpx.post(f"{base}/openai/v1/completions", json=body)
+    assert got.status_code == 400
+    assert got.json()["error"]["param"] == "temperature"
+    assert "no sampling" in got.json()["error"]["message"]
 
 
 def test_a_client_that_hangs_up_stops_the_decoding(serving):
