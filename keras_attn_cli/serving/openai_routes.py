@@ -29,7 +29,6 @@ def add_openai_routes(app, models):
     """OpenAI's routes on `app` (FastAPI) over `models` (`{registered
     name: ServedModel}`), for those that are generative."""
     from fastapi import Request
-    from fastapi.responses import StreamingResponse
 
     generative = {
         name: model
@@ -54,12 +53,7 @@ def add_openai_routes(app, models):
 
     async def answer(request, chat):
         try:
-            try:
-                body = json.loads(await request.body() or b"null")
-            except (ValueError, RecursionError):
-                raise rules.OpenAIError(
-                    "Malformed JSON in the request body."
-                ) from None
+            body = await _read_json(request)
             settings = rules.parse_request(body, generative, chat)
             model = generative[settings["model"]]
             check_text(
@@ -69,20 +63,8 @@ def add_openai_routes(app, models):
             _check_sampling(model.generator, settings)
             if settings["model"] in streams:
                 admission = admissions[settings["model"]]
-                choices = await _admitted(model, settings, admission)
-                if settings["stream"]:
-                    failed = _failure_logger(request)
-                    events = rules.stream_events(
-                        settings, choices.pieces, chat, on_error=failed
-                    )
-                    return StreamingResponse(
-                        choices.closing(events),
-                        media_type="text/event-stream",
-                    )
-                answers = await choices.joined()
-                return rules.response_choices(settings, answers, chat)
-            else:
-                text = await _complete(model, settings["prompt"])
+                return await _decoded(request, model, settings, admission, chat)
+            text = await _complete(model, settings["prompt"])
         except rules.OpenAIError as err:
             return _refused(err, request)
         except RequestError as err:
@@ -90,15 +72,7 @@ def add_openai_routes(app, models):
                 rules.OpenAIError(str(err), "messages" if chat else "prompt"),
                 request,
             )
-        text, reason = rules.finished(
-            text, settings["max_tokens"], settings["stop"]
-        )
-        if settings["stream"]:
-            return StreamingResponse(
-                rules.chunks(settings, text, reason, chat),
-                media_type="text/event-stream",
-            )
-        return rules.response(settings, text, reason, chat)
+        return _whole(settings, text, chat)
 
     async def completions(request: Request):
         return await answer(request, chat=False)
@@ -155,6 +129,46 @@ def _refused(err, request):
     return JSONResponse(
         rules.error_body(err), status_code=err.status, headers=headers
     )
+
+
+async def _read_json(request):
+    try:
+        return json.loads(await request.body() or b"null")
+    except (ValueError, RecursionError):
+        raise rules.OpenAIError("Malformed JSON in the request body.") from None
+
+
+async def _decoded(request, model, settings, admission, chat):
+    """The answer of a model that streams: its pieces as server-sent
+    events, or joined, once a place is free (`_admitted`)."""
+    from fastapi.responses import StreamingResponse
+
+    choices = await _admitted(model, settings, admission)
+    if settings["stream"]:
+        failed = _failure_logger(request)
+        events = rules.stream_events(
+            settings, choices.pieces, chat, on_error=failed
+        )
+        return StreamingResponse(
+            choices.closing(events), media_type="text/event-stream"
+        )
+    return rules.response_choices(settings, await choices.joined(), chat)
+
+
+def _whole(settings, text, chat):
+    """The answer of a model that does not stream, cut as asked; as
+    server-sent events a word a chunk when `stream` is asked for."""
+    from fastapi.responses import StreamingResponse
+
+    text, reason = rules.finished(
+        text, settings["max_tokens"], settings["stop"]
+    )
+    if settings["stream"]:
+        return StreamingResponse(
+            rules.chunks(settings, text, reason, chat),
+            media_type="text/event-stream",
+        )
+    return rules.response(settings, text, reason, chat)
 
 
 def _check_sampling(generator, settings):

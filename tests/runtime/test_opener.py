@@ -339,7 +339,7 @@ def test_one_place_decides_whether_a_file_and_an_artifact_stream():
     assert artifact.stream_layout({artifact.METADATA_CONFIG: b"[1"}) is None
 
     class Declared:
-        concurrent_streams, stream_capacity = False, None
+        concurrent_streams, stream_capacity, sampling = False, None, False
 
         def stream(self, text, stop=None):
             yield text
