@@ -4,7 +4,7 @@ classifiers' and the translator's, loaded with `tf.saved_model.load`
 signatures. Neither tensorflow-hub nor tf-keras is needed: Beam's stock
 `TFModelHandlerTensor` asks for the first and loads with
 `tf.keras.models.load_model`, which refuses a SavedModel under Keras 3
-(docs/distributed.md says more).
+(docs/batch_inference.md says more).
 
 The handlers share `keras_attn_runtime.beam.TextModelHandler` with the
 LiteRT ones: strings in, one `PredictionResult` an element, batch hints,

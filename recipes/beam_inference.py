@@ -13,7 +13,7 @@ Run it on this machine, two worker processes:
     python recipes/beam_inference.py --task translate --handler saved_model \\
         --direct_num_workers 2 --direct_running_mode multi_processing
 
-Every flag this script does not know is Beam's (docs/distributed.md has
+Every flag this script does not know is Beam's (docs/batch_inference.md has
 those of Dataflow, Flink and Spark).
 """
 
