@@ -8,34 +8,9 @@ them as one `keras-attn: error: ...` line with exit status 2.
 
 from keras_attn_cli.commands.explaining import explain
 from keras_attn_cli.commands.exporting import export
-from keras_attn_cli.commands.scoring import (  # noqa: F401
-    NO_WORD,
-    SAMPLE_REVIEWS,
-    classify,
-    demo,
-    predict,
-    scorer,
-)
+from keras_attn_cli.commands.scoring import classify, demo, predict
 from keras_attn_cli.commands.serving import serve
-from keras_attn_cli.commands.translating import (  # noqa: F401
-    SAMPLE_SENTENCES,
-    align,
-    print_translations,
-    translate,
-)
-from keras_attn_cli.finding import (  # noqa: F401
-    find_shipped_model,
-    find_translator,
-    models_dir,
-    resolve_model,
-)
-from keras_attn_cli.inputs import (  # noqa: F401  (names tests reach here)
-    CHUNK,
-    MAX_LINE_BYTES,
-    iter_text_lines,
-    iter_texts,
-)
-from keras_attn_cli.loading import run_model  # noqa: F401
+from keras_attn_cli.commands.translating import align, translate
 
 
 def quiet():

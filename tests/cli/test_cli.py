@@ -395,17 +395,17 @@ def test_models_are_found_by_contract_not_by_name(
 ):
     import shutil
 
-    from keras_attn_cli import commands
+    from keras_attn_cli import finding
 
     renamed = tmp_path / "models"
     renamed.mkdir()
     shutil.copytree(IMDB, renamed / "my_reviews_model")
     os.symlink(TRANSLATOR, renamed / "my_translator")
     monkeypatch.setenv("KERAS_ATTN_MODELS", str(renamed))
-    assert commands.find_shipped_model() == str(
+    assert finding.find_shipped_model() == str(
         renamed / "my_reviews_model" / "model.keras"
     )
-    assert commands.find_translator() == str(
+    assert finding.find_translator() == str(
         renamed / "my_translator" / "saved_model"
     )
     monkeypatch.setenv("KERAS_ATTN_MODELS", str(tmp_path / "missing"))
@@ -445,12 +445,12 @@ def test_timeout_turns_a_model_that_never_finishes_into_an_error(tmp_path):
 def test_models_never_come_from_the_working_directory(tmp_path, monkeypatch):
     # A downloaded folder holding ./saved_models chose the models that
     # `keras-attn` ran with no arguments (round three).
-    from keras_attn_cli import commands as cli_module
+    from keras_attn_cli import finding
 
     (tmp_path / "saved_models" / "imdb_ssa").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("KERAS_ATTN_MODELS", raising=False)
-    found = os.path.realpath(cli_module.models_dir())
+    found = os.path.realpath(finding.models_dir())
     assert not found.startswith(os.path.realpath(str(tmp_path)))
 
 
@@ -481,20 +481,20 @@ def test_long_inputs_stream_with_bounded_memory(tmp_path, monkeypatch):
     import io
     import tracemalloc
 
-    from keras_attn_cli import commands as cli_module
+    from keras_attn_cli import inputs
 
     big = tmp_path / "big.txt"
     with open(big, "wb") as f:
         f.write("é".encode() * (10 << 20))  # 20 MB, one line
         f.write(b"\nshort line\n")
     tracemalloc.start()
-    lines = list(cli_module.iter_text_lines(str(big), "--file"))
+    lines = list(inputs.iter_text_lines(str(big), "--file"))
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert peak < 4 * cli_module.MAX_LINE_BYTES + (1 << 20), peak
+    assert peak < 4 * inputs.MAX_LINE_BYTES + (1 << 20), peak
     assert len(lines) == 2 and lines[1] == "short line"
     assert set(lines[0]) == {"é"}  # cut on a character boundary
-    assert len(lines[0].encode()) <= cli_module.MAX_LINE_BYTES
+    assert len(lines[0].encode()) <= inputs.MAX_LINE_BYTES
 
     from keras_attn_cli.commands import scoring
 
@@ -515,8 +515,8 @@ def test_long_inputs_stream_with_bounded_memory(tmp_path, monkeypatch):
     args = keras_attn_cli.build_parser().parse_args(
         ["predict", "m.keras", "--file", "-"]
     )
-    assert cli_module.predict(args) == 0
-    assert sum(chunks) == 600 and max(chunks) <= cli_module.CHUNK
+    assert scoring.predict(args) == 0
+    assert sum(chunks) == 600 and max(chunks) <= inputs.CHUNK
 
 
 @pytest.mark.parametrize(
@@ -533,7 +533,7 @@ def test_a_memory_failure_names_the_bytes_asked_for(folded):
     runtime refused, by its class. Both name the bytes asked for."""
     import tensorflow as tf
 
-    from keras_attn_cli import commands as cli_module
+    from keras_attn_cli import loading
 
     @tf.function
     def fill(n):
@@ -543,7 +543,7 @@ def test_a_memory_failure_names_the_bytes_asked_for(folded):
         return tf.reduce_sum(tf.fill(shape, 1.0))
 
     with pytest.raises(ValueError) as failed:
-        cli_module.run_model(fill, tf.constant(2**29))
+        loading.run_model(fill, tf.constant(2**29))
     message = str(failed.value)
     count = 2**62 if folded else 2**60
     assert message.startswith(
@@ -597,11 +597,11 @@ def test_a_missing_extra_is_named(files, capsys, monkeypatch):
 def test_one_way_to_name_a_model_for_every_command(files, capsys, tmp_path):
     # 0.2.0: `predict FOLDER` failed where `explain FOLDER` worked, and
     # `explain FOLDER/saved_model` failed.
-    from keras_attn_cli import commands as cli_module
+    from keras_attn_cli import finding
 
     folder, _ = files
     keras_file = str(folder / "model.keras")
-    resolve = cli_module.resolve_model
+    resolve = finding.resolve_model
     assert resolve(str(folder), "artifact", "any") == keras_file
     assert resolve(str(folder / "sm"), "model", "keras") == keras_file
     assert resolve(str(folder / "sm"), "artifact", "any") == str(folder / "sm")

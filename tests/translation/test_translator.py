@@ -276,7 +276,7 @@ def test_litert_translator_refuses_other_models(tmp_path):
 
 @pytest.mark.slow
 def test_save_writes_the_folder_the_cli_finds_and_keeps_it(tmp_path):
-    from keras_attn_cli.commands import find_translator
+    from keras_attn_cli.finding import find_translator
 
     model, encode, step_fn = tiny_model()
     translator = Translator(
