@@ -445,3 +445,26 @@ STANDARDIZERS = {
     "split_sentence": split_sentence,
     "standardize_sentence": standardize_sentence,
 }
+
+
+class PieceByPiece:
+    """Text sent out piece by piece as a decoder settles it: `next(text)`
+    takes the whole text decoded so far and gives what it adds to what
+    was sent (`""` when nothing new, or when the text no longer begins
+    with what was sent, as a detokenizer may rewrite its last word until
+    the next token); `rest(final)` gives what the final text adds. The
+    one place a streamed answer is cut into pieces (the runtime's
+    translator, `keras_attn.models.TextGenerator`)."""
+
+    def __init__(self):
+        self.sent = ""
+
+    def next(self, text):
+        if text.startswith(self.sent) and len(text) > len(self.sent):
+            piece, self.sent = text[len(self.sent) :], text
+            return piece
+        return ""
+
+    def rest(self, final):
+        """What `final` adds past what was sent (`""` if nothing)."""
+        return final[len(self.sent) :] if final != self.sent else ""

@@ -27,6 +27,7 @@ from keras_attn_runtime.streaming import StreamingDecoder
 from keras_attn_runtime.text import (
     STANDARDIZERS,
     UNKNOWN_WORDS,
+    PieceByPiece,
     as_texts,
     detokenizer,
     parse_vocabulary,
@@ -352,7 +353,7 @@ class LiteRTTranslator:
         pieces = [text]
         if self.segmenter is not None:
             pieces = segments(text, self.segmenter, self.segment_longer_than)
-        done, sent = [], ""
+        done, out = [], PieceByPiece()
         for piece in pieces:
             words = self.source_words(piece, truncate)
             if words:
@@ -367,14 +368,13 @@ class LiteRTTranslator:
                             continue
                         seen = ids
                         now = self._text(*self._trimmed(ids, align, words))
-                        so_far = " ".join([*done, now]).strip()
-                        if so_far.startswith(sent) and len(so_far) > len(sent):
-                            yield so_far[len(sent) :]
-                            sent = so_far
+                        new = out.next(" ".join([*done, now]).strip())
+                        if new:
+                            yield new
             done.append(now if words else "")
-        final = " ".join(done).strip()
-        if final != sent:
-            yield final[len(sent) :]
+        final = out.rest(" ".join(done).strip())
+        if final:
+            yield final
 
     def batch_streams(self, max_rows=None, loops=1):
         """Decode the streaming signatures of every caller in shared loops

@@ -14,6 +14,8 @@ The folder (format `keras_attn.text_generator`, version 1):
 import json
 import os
 
+from keras_attn_runtime.text import PieceByPiece
+
 FORMAT, VERSION = "keras_attn.text_generator", 1
 SETTINGS = "generation.json"
 MODEL, TOKENIZER, BUNDLE = "model.keras", "tokenizer.json", "model.litertlm"
@@ -217,7 +219,8 @@ class TextGenerator:
         cache = self.model.empty_cache(1, self.context_length)
         prompt = ops.convert_to_tensor([ids], "int32")
         _, cache = self.model.call_with_cache(prompt[:, :-1], cache, 0)
-        token, position, new, said = ids[-1], len(ids) - 1, [], ""
+        token, position, new = ids[-1], len(ids) - 1, []
+        out = PieceByPiece()
         while position < self.context_length - 1:
             if stop is not None and stop.is_set():
                 return
@@ -229,10 +232,11 @@ class TextGenerator:
             if token in stops:
                 return
             new.append(token)
-            text_so_far = self.tokenizer.decode(new, skip_special_tokens=False)
-            if text_so_far.startswith(said) and len(text_so_far) > len(said):
-                yield text_so_far[len(said) :]
-                said = text_so_far
+            piece = out.next(
+                self.tokenizer.decode(new, skip_special_tokens=False)
+            )
+            if piece:
+                yield piece
 
     def export_litertlm(self, path, **kwargs):
         """`keras_attn.export.export_litertlm` of the model with this

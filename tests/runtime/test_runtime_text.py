@@ -103,3 +103,20 @@ def test_the_table_is_what_tensorflow_does_on_every_code_point():
     found = tool.differences()
     assert all(low == chr(c) for c, low in found.items())
     assert tool.ranges(found) == list(runtime.TF_KEEPS_CASE)
+
+
+def test_piece_by_piece_sends_what_each_text_adds():
+    """`PieceByPiece`: a streamed answer's pieces join to its final text;
+    a text that rewrites what was sent (a detokenizer fixing its last
+    word) sends nothing until it extends it again."""
+    from keras_attn_runtime.text import PieceByPiece
+
+    out = PieceByPiece()
+    pieces = [
+        out.next(t)
+        for t in ("Je", "Je", "Je sui", "Je s", "Je suis", "Je suis là")
+    ]
+    assert pieces == ["Je", "", " sui", "", "s", " là"]
+    assert out.rest("Je suis là.") == "."
+    assert out.rest("Je suis là") == ""
+    assert "".join(pieces) + "." == "Je suis là."
