@@ -136,7 +136,29 @@ def classifier_outputs(out, attention=False):
     ]
 
 
-class LiteRTClassifierHandler(TextModelHandler):
+class LiteRTHandler(TextModelHandler):
+    """What the LiteRT handlers share: the reader's CPU settings, and the
+    reader (`reader()`: its class, imported on the worker) built in
+    `load_model`."""
+
+    def __init__(
+        self, model_path, *, num_threads=1, cpu_kernels="builtin", **kwargs
+    ):
+        super().__init__(model_path, **kwargs)
+        self.num_threads, self.cpu_kernels = num_threads, cpu_kernels
+
+    def reader(self):
+        raise NotImplementedError
+
+    def load_model(self):
+        return self.reader()(
+            self.model_path,
+            num_threads=self.num_threads,
+            cpu_kernels=self.cpu_kernels,
+        )
+
+
+class LiteRTClassifierHandler(LiteRTHandler):
     """`RunInference` with a LiteRT text classifier
     (`keras_attn_runtime.LiteRTClassifier`): a probability a text, or
     with `attention=True` a dict with its attention too.
@@ -157,33 +179,20 @@ class LiteRTClassifierHandler(TextModelHandler):
         **kwargs: `TextModelHandler`'s.
     """
 
-    def __init__(
-        self,
-        model_path,
-        *,
-        attention=False,
-        num_threads=1,
-        cpu_kernels="builtin",
-        **kwargs,
-    ):
+    def __init__(self, model_path, *, attention=False, **kwargs):
         super().__init__(model_path, **kwargs)
         self.attention = attention
-        self.num_threads, self.cpu_kernels = num_threads, cpu_kernels
 
-    def load_model(self):
+    def reader(self):
         from keras_attn_runtime.classifier import LiteRTClassifier
 
-        return LiteRTClassifier(
-            self.model_path,
-            num_threads=self.num_threads,
-            cpu_kernels=self.cpu_kernels,
-        )
+        return LiteRTClassifier
 
     def predict(self, model, texts):
         return classifier_outputs(model.predict(texts), self.attention)
 
 
-class LiteRTTranslatorHandler(TextModelHandler):
+class LiteRTTranslatorHandler(LiteRTHandler):
     """`RunInference` with a LiteRT translator
     (`keras_attn_runtime.LiteRTTranslator`): a translation a text, the
     same as `translate` gives it alone (a sentence at a time: the file's
@@ -199,20 +208,10 @@ class LiteRTTranslatorHandler(TextModelHandler):
 
     MAX_BATCH_SIZE = 16
 
-    def __init__(
-        self, model_path, *, num_threads=1, cpu_kernels="builtin", **kwargs
-    ):
-        super().__init__(model_path, **kwargs)
-        self.num_threads, self.cpu_kernels = num_threads, cpu_kernels
-
-    def load_model(self):
+    def reader(self):
         from keras_attn_runtime.translator import LiteRTTranslator
 
-        return LiteRTTranslator(
-            self.model_path,
-            num_threads=self.num_threads,
-            cpu_kernels=self.cpu_kernels,
-        )
+        return LiteRTTranslator
 
     def predict(self, model, texts):
         return [model.translate(text) for text in texts]
