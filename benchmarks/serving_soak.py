@@ -32,6 +32,7 @@ import threading
 import time
 
 from benchmarks import results
+from benchmarks.litert_engines import sentences
 from tests.serving.test_serve import output_all, start
 
 MODELS = ("imdb_edge", "translation_en_fr", "translation_en_fr_lm")
@@ -65,28 +66,13 @@ def _silent(port, half=False):
         sock.close()
 
 
-# Valid texts of every length the models take: Tatoeba's English side
-# (../shared/data), drawn at random for each request.
-PAIRS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    "..",
-    "shared",
-    "data",
-    "translation",
-    "pairs.tsv",
-)
-
-
-def sentences():
-    with open(PAIRS, encoding="utf-8") as f:
-        return [line.split("\t")[0] for line in f if "\t" in line]
-
-
 def requests():
     """`{kind: call(port) -> status}`: the traffic's mix; a valid
     request's text is a random sentence (one to three of them joined)."""
     lm, completions = "translation_en_fr_lm", "/openai/v1/completions"
-    pool, rng = sentences(), random.Random(0)
+    # Valid texts of every length the models take: Tatoeba's English side
+    # (`benchmarks.litert_engines.sentences`), drawn for each request.
+    pool, rng = sentences(100_000), random.Random(0)
 
     def any_text():
         return " ".join(rng.sample(pool, rng.randint(1, 3)))

@@ -95,6 +95,17 @@ def serving():
 BODY = {"model": "lm", "prompt": "I am here.", "stream": True}
 
 
+async def streamed_text(response):
+    """The text of a streamed completion's chunks, joined."""
+    return "".join(
+        [
+            json.loads(line[6:])["choices"][0]["text"]
+            async for line in response.aiter_lines()
+            if line.startswith("data: {")
+        ]
+    )
+
+
 def test_the_default_stream_limit():
     from keras_attn_cli.serving.limits import DEFAULT_STREAMS, stream_limit
 
@@ -134,14 +145,7 @@ def test_one_stream_past_the_limit_is_a_429_with_retry_after(
                 assert "--max-queue" in error["message"]
                 for _ in range(3):
                     model.backend.gate.release()
-                text = "".join(
-                    [
-                        json.loads(line[6:])["choices"][0]["text"]
-                        async for line in first.aiter_lines()
-                        if line.startswith("data: {")
-                    ]
-                )
-                assert text == "Je suis là."
+                assert await streamed_text(first) == "Je suis là."
             # The stream ended: its place is free.
             for _ in range(3):
                 model.backend.gate.release()
@@ -182,14 +186,7 @@ def test_a_request_past_the_running_limit_waits_in_line_then_answers(
                 assert third.headers["retry-after"] == "1"
                 for _ in range(6):  # the first's pieces, then the second's
                     model.backend.gate.release()
-                text = "".join(
-                    [
-                        json.loads(line[6:])["choices"][0]["text"]
-                        async for line in first.aiter_lines()
-                        if line.startswith("data: {")
-                    ]
-                )
-                assert text == "Je suis là."
+                assert await streamed_text(first) == "Je suis là."
             got = await second
             assert got.status_code == 200
             assert got.json()["choices"][0]["text"] == "Je suis là."
