@@ -5,6 +5,7 @@ One plane (`plane`: which model, which signature, what an error
 answers), its owners (`registry`, `limits`, `access`, `connections`,
 `served`: running, batching and the model's window), thin protocol
 adapters (`tf_serving_api` and `http_routes`, `open_inference`,
-`grpc_api` with `tensor_protos`, `openai_api` and `openai_routes`), the
+`grpc_api` with `tensor_protos`, `openai_api` with `openai_events`, and
+`openai_routes`), the
 OpenAPI document (`openapi_document`) and the servers (`serve`).
 """

@@ -13,6 +13,7 @@ import threading
 import time
 
 from keras_attn_cli.serving import openai_api as rules
+from keras_attn_cli.serving import openai_events as sse
 from keras_attn_cli.serving.admission import Admission, TooBusy
 from keras_attn_cli.serving.limits import (
     LOGGER,
@@ -146,7 +147,7 @@ async def _decoded(request, model, settings, admission, chat):
     choices = await _admitted(model, settings, admission)
     if settings["stream"]:
         failed = _failure_logger(request)
-        events = rules.stream_events(
+        events = sse.stream_events(
             settings, choices.pieces, chat, on_error=failed
         )
         return StreamingResponse(
@@ -165,7 +166,7 @@ def _whole(settings, text, chat):
     )
     if settings["stream"]:
         return StreamingResponse(
-            rules.chunks(settings, text, reason, chat),
+            sse.chunks(settings, text, reason, chat),
             media_type="text/event-stream",
         )
     return rules.response(settings, text, reason, chat)

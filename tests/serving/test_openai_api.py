@@ -9,6 +9,7 @@ import signal
 import pytest
 
 from keras_attn_cli.serving import openai_api as oa
+from keras_attn_cli.serving import openai_events as oe
 from keras_attn_runtime.signature import Signature
 
 TRANSLATOR = Signature(
@@ -45,7 +46,7 @@ def streamed(settings, pieces, chat=False):
             yield piece
 
     async def collect():
-        return [e async for e in oa.stream_events(settings, given(), chat)]
+        return [e async for e in oe.stream_events(settings, given(), chat)]
 
     return asyncio.run(collect())
 
@@ -89,8 +90,8 @@ def test_a_token_stream_stops_after_max_tokens_words():
         "Je",
         " suis.",
     ]
-    assert oa.held_back("Je suis fat", ["fatigué", "x"]) == 3
-    assert oa.held_back("Je suis", ["fatigué"]) == 0
+    assert oe.held_back("Je suis fat", ["fatigué", "x"]) == 3
+    assert oe.held_back("Je suis", ["fatigué"]) == 0
 
 
 def test_a_completion_request_is_read_with_openais_defaults():
@@ -324,7 +325,7 @@ def test_n_choices_in_whole_and_streamed_answers():
 
     async def read():
         streams = [pieces("Je", " suis", " là."), pieces("Me", " voici.")]
-        return [e async for e in oa.stream_events(settings, streams, True)]
+        return [e async for e in oe.stream_events(settings, streams, True)]
 
     got = events(asyncio.run(read()))
     texts = {}
@@ -335,7 +336,7 @@ def test_n_choices_in_whole_and_streamed_answers():
             )
     assert texts == {0: "Je suis là.", 1: "Me voici."}
     assert got[-1]["usage"]["completion_tokens"] == 5
-    copies = events(oa.chunks(settings, "Oui.", "stop"))
+    copies = events(oe.chunks(settings, "Oui.", "stop"))
     assert {c["index"] for e in copies[:-1] for c in e["choices"]} == {0, 1}
 
 
@@ -375,7 +376,7 @@ def test_a_stream_joins_to_the_whole_answer():
         "include_usage": True,
     }
     text = "Je suis fatigué."
-    stream = list(oa.chunks(settings, text, "stop", chat=True))
+    stream = list(oe.chunks(settings, text, "stop", chat=True))
     assert stream[-1] == "data: [DONE]\n\n"
     got = events(stream)
     assert got[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
@@ -387,7 +388,7 @@ def test_a_stream_joins_to_the_whole_answer():
     assert got[-1]["usage"]["completion_tokens"] == 3
     assert all(e["object"] == "chat.completion.chunk" for e in got)
     plain = events(
-        oa.chunks({**settings, "include_usage": False}, text, "length")
+        oe.chunks({**settings, "include_usage": False}, text, "length")
     )
     assert "".join(e["choices"][0]["text"] for e in plain) == text
     assert plain[-1]["choices"][0]["finish_reason"] == "length"
