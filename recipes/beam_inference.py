@@ -8,9 +8,10 @@ pipeline options.
 
 Run it on this machine, two worker processes:
 
-    python recipes/beam_inference.py --task classify \\
+    python recipes/beam_inference.py --task classify --output out/reviews \\
         --direct_num_workers 2 --direct_running_mode multi_processing
     python recipes/beam_inference.py --task translate --handler saved_model \\
+        --output out/french \\
         --direct_num_workers 2 --direct_running_mode multi_processing
 
 Every flag this script does not know is Beam's (docs/batch_inference.md has
@@ -38,6 +39,7 @@ these SavedModels (it asks for tensorflow-hub, then loads with
 """
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -158,8 +160,6 @@ batched matmul's reordering).
 
 
 def read_answers(output):
-    import glob
-
     answers = {}
     for path in glob.glob(output + "*.jsonl"):
         with open(path, encoding="utf-8") as f:
@@ -196,11 +196,21 @@ def main(argv=None):
         "--model", default=None, help="default: the shipped one"
     )
     parser.add_argument("--input", default=None, help="one text a line")
-    parser.add_argument("--output", default="beam_out/answers")
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="where the answers go: PREFIX-*-of-*.jsonl (nothing there yet)",
+    )
     parser.add_argument(
         "--check", type=int, default=200, help="answers checked"
     )
     args, beam_args = parser.parse_known_args(argv)
+    earlier = sorted(glob.glob(glob.escape(args.output) + "*"))
+    if earlier:  # never replaced, never read as this run's answers
+        parser.error(
+            "Expected --output to name a prefix no file has yet. Received: "
+            f"--output={args.output!r}, with {earlier[:3]} already there"
+        )
     texts = read_input(args)
     handler = make_handler(args)
     run_pipeline(texts, handler, args.output, beam_args)

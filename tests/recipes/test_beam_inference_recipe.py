@@ -27,24 +27,25 @@ def test_the_recipe_translates_an_input_file_and_checks_its_answers(
     given = tmp_path / "english.txt"
     given.write_text("\n".join(sentences) + "\n", encoding="utf-8")
     output = tmp_path / "out" / "answers"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "recipes/beam_inference.py",
-            "--task",
-            "translate",
-            "--input",
-            str(given),
-            "--output",
-            str(output),
-            "--check",
-            "3",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    command = [
+        sys.executable,
+        "recipes/beam_inference.py",
+        "--task",
+        "translate",
+        "--input",
+        str(given),
+        "--output",
+        str(output),
+        "--check",
+        "3",
+    ]
+
+    def run():
+        return subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True, timeout=600
+        )
+
+    done = run()
     assert done.returncode == 0, done.stderr[-3000:]
     assert "3 answers" in done.stdout and "3 checked" in done.stdout
     rows = []
@@ -52,3 +53,10 @@ def test_the_recipe_translates_an_input_file_and_checks_its_answers(
         rows += [json.loads(line) for line in path.read_text().splitlines()]
     assert sorted(r["text"] for r in rows) == sorted(sentences)
     assert all(r["answer"] for r in rows)
+    # A second run to the same prefix is refused: nothing replaced, and no
+    # earlier shard read as its answers.
+    before = {p: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    again = run()
+    assert again.returncode == 2
+    assert "--output=" in again.stderr and "already there" in again.stderr
+    assert {p: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
