@@ -1,11 +1,10 @@
 """`Attention`: the classic score-function attention family."""
 
-import math
-
 import keras
 from keras import layers, ops
 
 from keras_attn.layers import _attention_arguments, _sublayers
+from keras_attn.layers import _score_weights as score_weights
 from keras_attn.legacy import layers as legacy_layers
 from keras_attn.ops import masking, scores
 from keras_attn.validation import (
@@ -13,7 +12,6 @@ from keras_attn.validation import (
     check_batch,
     check_features,
     check_key_value,
-    clone_initializer,
     set_output_mask,
 )
 
@@ -169,32 +167,6 @@ class Attention(layers.Layer):
         self.seed = seed
         self.supports_masking = True
 
-    def _kernel(self, name, shape):
-        return self.add_weight(
-            name=name,
-            shape=shape,
-            initializer=clone_initializer(self.kernel_initializer),
-            regularizer=self.kernel_regularizer,
-            constraint=self.kernel_constraint,
-        )
-
-    def _projection(self, name, units, input_width):
-        """A bias-free projection of the last axis, a Keras `EinsumDense`:
-        quantization and LoRA come from Keras. (Not `Dense`: on PyTorch,
-        Keras 3.15's `ops.matmul` turns two float64 tensors into float32,
-        so a bias-free `Dense` computes float64 inputs in float32.)"""
-        dense = layers.EinsumDense(
-            "abc,cd->abd",
-            output_shape=(None, units),
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            kernel_regularizer=self.kernel_regularizer,
-            kernel_constraint=self.kernel_constraint,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-        dense.build((None, None, input_width))
-        return dense
-
     # The projection weights under the names of 0.1 (read-only views).
     kernel = property(lambda self: self._query_dense.kernel)  # general: W
     query_kernel = property(lambda self: self._query_dense.kernel)
@@ -251,43 +223,7 @@ class Attention(layers.Layer):
         self._widths = {}
         if self.score not in ("dot", "scaled_dot", "concat"):
             self._widths = {"query": dq, "key": dk}  # fixed by the weights
-        self._query_dense = self._key_dense = None
-        self.score_kernel = self.bias = None
-        if self.score == "general":  # sᵀ W h = (Wᵀ s)ᵀ h
-            self._query_dense = self._projection("query", dk, dq)
-        elif self.score == "low_rank":
-            self._query_dense = self._projection("query", self.rank, dq)
-            self._key_dense = self._projection("key", self.rank, dk)
-        elif self.score == "additive":
-            self._query_dense = self._projection("query", self.units, dq)
-            self._key_dense = self._projection("key", self.units, dk)
-            self.score_kernel = self._kernel("score_kernel", (self.units,))
-            if self.use_bias:
-                self.bias = self.add_weight(
-                    name="bias",
-                    shape=(self.units,),
-                    initializer=clone_initializer(self.bias_initializer),
-                    regularizer=self.bias_regularizer,
-                    constraint=self.bias_constraint,
-                )
-        self.norm_scale = None
-        if self.normalize:  # tfa's attention_g
-            self.norm_scale = self.add_weight(
-                name="norm_scale",
-                shape=(),
-                initializer=keras.initializers.Constant(
-                    math.sqrt(1.0 / self.units)
-                ),
-            )
-        self.scale = self.concat_score_weight = None
-        if self.use_scale:  # a learned scalar on the scores, as Keras's
-            self.scale = self.add_weight(
-                name="scale", shape=(), initializer="ones"
-            )
-        if self.score == "concat":  # Keras's name and order
-            self.concat_score_weight = self.add_weight(
-                name="concat_score_weight", shape=(), initializer="ones"
-            )
+        score_weights.add(self, dq, dk)
         self.dropout_layer = layers.Dropout(
             self.dropout,
             seed=self.seed,

@@ -1,18 +1,18 @@
 """`MultiHeadPositional`: Keras's `MultiHeadAttention` with positions,
 grouped key/value heads, a feed-forward g and a key/value cache."""
 
-import math
-
 import keras
 from keras import layers, ops
 
+from keras_attn.layers import _attention_kernel as kernel
 from keras_attn.layers import _multi_head_arguments as arguments
 from keras_attn.layers import _multi_head_inputs as inputs
+from keras_attn.layers import _multi_head_masks as masks
+from keras_attn.layers import _multi_head_positions as positions
 from keras_attn.layers import _sublayers, cache_policies
 from keras_attn.legacy import layers as legacy_layers
 from keras_attn.ops import heads, masking
 from keras_attn.validation import (
-    check_attention_masks,
     set_output_mask,
 )
 
@@ -157,7 +157,7 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             query=query_shape[-1], value=value_shape[-1], key=key_shape[-1]
         )
         self._build_feed_forward()
-        self._build_positions()
+        self._stream_positions = positions.build(self)
 
     def _build_attention(self, rank):
         # Keras's `MultiHeadAttention.build` calls this between the value
@@ -201,33 +201,6 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             width, hidden, self.feed_forward_activation, "feed_forward", common
         )
 
-    def _build_positions(self):
-        """The position layer(s), built by their class for this layer
-        (`for_attention`). An encoding added to the inputs is one layer
-        where it fits any width, else one a distinct input width (one
-        for self-attention); one on the heads or scores is one layer,
-        named after the position."""
-        self._stream_positions = {}
-        kind = arguments.POSITION_LAYERS.get(self.position)
-        if kind is None:
-            return
-        if kind.attention_role != "inputs":
-            setattr(
-                self, self.position, kind.for_attention(self, self.position)
-            )
-            return
-        tables = {}
-        for stream in ("query", "value", "key"):
-            width = self._widths[stream]
-            if not tables or (not kind.fits_any_width and width not in tables):
-                table = kind.for_attention(self, f"{stream}_position")
-                table.build((None, None, width))
-                setattr(self, f"{stream}_position", table)
-                tables[width] = table
-            self._stream_positions[stream] = tables.get(
-                width, self.query_position
-            )
-
     # -- The call, in four steps. ----------------------------------------
 
     def call(
@@ -263,11 +236,15 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         k, v, cache, length, offset, step = self._keys_and_values(
             step, cache, cache_update_index
         )
-        full_mask, rows, lean = self._merged_mask(
-            step, k, length, offset, use_causal_mask
+        own_kernel = (
+            type(self)._compute_attention
+            is MultiHeadPositional._compute_attention
+        )
+        full_mask, rows, lean = masks.merged_mask(
+            self, step, k, length, offset, use_causal_mask, own_kernel
         )
         extra = {"use_causal_mask": True} if lean else {}
-        bias = self._total_bias(q, step, length, attention_bias)
+        bias = positions.total_bias(self, q, step, length, attention_bias)
         if bias is not None:
             extra["attention_bias"] = bias
         context, scores = self._compute_attention(
@@ -340,68 +317,6 @@ class MultiHeadPositional(layers.MultiHeadAttention):
                 )
         return k, v, cache, length, index, step
 
-    def _merged_mask(self, step, k, length, offset, use_causal_mask):
-        """Step 3: `(mask, rows, lean)`: every mask merged for
-        `_compute_attention`, the queries with a key (`None` where every
-        query has one or it cannot tell), and whether the lean causal
-        route runs: causality and padding only, no `(Tq, Tv)` mask built,
-        the fused op's `is_causal` with the keys' padding `(B, 1, 1, Tv)`
-        (the memory of long sequences on GPUs)."""
-        query, masks = step.query, (step.query_mask, step.value_mask)
-        attention_mask = step.attention_mask
-        if step.key_positions is not None:  # through a cache policy
-            steps = ops.arange(ops.shape(query)[1]) + offset
-            allowed = self.cache_policy.allowed(steps, step.key_positions)
-            mask = masking.full_mask(
-                ops.shape(query)[1],
-                length,
-                step.query_mask,
-                None,
-                None,
-                allowed,
-            )
-            return mask, masking.rows_with_a_key(mask, 2, (1,)), False
-        if step.three_d and step.cached:  # checked against the cache
-            check_attention_masks(
-                query, k, *masks, attention_mask, self.num_heads
-            )
-        if step.three_d and attention_mask is not None:
-            if len(attention_mask.shape) == 2:  # (Tq, Tv) → (1, Tq, Tv)
-                attention_mask = attention_mask[None]
-        lean = bool(
-            use_causal_mask
-            and offset is None
-            and attention_mask is None
-            and not self._window
-            # As Keras's: a subclass that overrides `_compute_attention`
-            # gets the causal mask itself, in the five-argument call.
-            and type(self)._compute_attention
-            is MultiHeadPositional._compute_attention
-            and inputs.one_length(step)
-        )
-        if lean:
-            mask, rows = masking.lean_masks(step.query_mask, step.value_mask)
-            return mask, rows, True
-        if offset is None and not step.three_d:
-            mask = self._compute_attention_mask(
-                query,
-                step.value,
-                query_mask=step.query_mask,
-                value_mask=step.value_mask,
-                key_mask=step.key_mask,
-                attention_mask=attention_mask,
-                use_causal_mask=use_causal_mask,
-            )
-        else:
-            masks = (*masks, step.key_mask, attention_mask, use_causal_mask)
-            steps = ops.shape(query)[1]
-            mask = masking.full_mask(
-                steps, length, *masks, self._window, offset
-            )
-        rank = len(query.shape) - 1
-        rows = masking.rows_with_a_key(mask, rank, self.attention_axes)
-        return mask, rows, False
-
     # -- Positions. ------------------------------------------------------
 
     def _add_positions(self, x, stream, start_index=0):
@@ -425,21 +340,6 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         if getattr(kind, "attention_role", None) != "scores":
             return None
         return kind.bias(self.num_heads, query_positions, key_positions)
-
-    def _total_bias(self, q, step, length, attention_bias):
-        """`attention_bias` plus `score_bias`'s for queries `q`
-        `(B, Tq, H, K)` from position `step.start` over `length` keys at
-        positions `0...`, or a cache policy's (any row's)."""
-        if len(q.shape) != 4:
-            return attention_bias
-        queries = ops.arange(ops.shape(q)[1]) + step.start
-        keys = ops.arange(length)
-        if step.key_positions is not None:
-            keys = ops.max(step.key_positions, axis=0)
-        own = self.score_bias(queries, keys)
-        if own is None or attention_bias is None:
-            return own if attention_bias is None else attention_bias
-        return ops.add(attention_bias, own)
 
     # -- Keys and values, and the cache. -----------------------------------
 
@@ -483,58 +383,21 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         use_causal_mask=False,
         attention_bias=None,
     ):
-        """Attention, then `g` on the heads' outputs. `key` and `value`
-        have `num_heads` heads (grouped ones repeated), as in Keras's
-        `GroupedQueryAttention`; a bias is added to the scores. The
-        backend's fused op runs where Keras's `MultiHeadAttention` would
-        use it (with its own causal kernel when causal and no bias), else
-        Keras's einsums and masked softmax. Both scale the query before its
-        product with the keys, as Keras's einsum path does: Keras's fused
-        call scales the product, which overflows float16 where the einsums
-        do not."""
-        if self._flash_attention and return_attention_scores:
-            raise ValueError(
-                "Returning attention scores needs flash attention off. "
-                "Received: flash_attention=True, return_attention_scores=True"
-            )
-        # JAX's fused op needs value heads as wide as key heads (Keras 3.15
-        # MultiHeadAttention fails there): take the explicit path.
-        explicit = return_attention_scores or (
-            self.value_dim != self.key_dim
-            and keras.backend.backend() == "jax"
-            and not self._flash_attention
+        """Keras's hook: attention, then `g` on the heads' outputs
+        (`keras_attn.layers._attention_kernel.attend`). `key` and `value`
+        have `num_heads` heads (grouped ones repeated); a bias is added
+        to the scores."""
+        return kernel.attend(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            training,
+            return_attention_scores,
+            use_causal_mask,
+            attention_bias,
         )
-        scale = 1.0 / math.sqrt(float(self.key_dim))
-        query = ops.multiply(query, ops.cast(scale, query.dtype))
-        fused = not (explicit or self.dropout > 0.0 or len(query.shape) != 4)
-        mask, bias, causal = attention_mask, attention_bias, use_causal_mask
-        if causal and not (fused and bias is None):
-            shape = ops.shape(query)[1], ops.shape(value)[1]
-            causal_mask = masking.causal_mask(*shape)[None]  # (1, Tq, Tv)
-            mask = (
-                causal_mask
-                if mask is None
-                else ops.logical_and(ops.cast(mask, "bool"), causal_mask)
-            )
-            causal = False
-        mask = None if mask is None else ops.cast(mask, "bool")
-        scores = None
-        if fused:
-            context = heads.fused_attention(
-                query, key, value, mask, bias, causal, self._flash_attention
-            )
-        else:
-            scores = ops.einsum(self._dot_product_equation, key, query)
-            if bias is not None:
-                scores = scores + ops.cast(bias, scores.dtype)
-            scores = self._masked_softmax(scores, mask)
-            dropped = self._dropout_layer(scores, training=training)
-            context = ops.einsum(self._combine_equation, dropped, value)
-        context = masking.zero_empty_heads(context, attention_mask)
-        context = _sublayers.apply_g(
-            self.feed_forward, self._ff_1, self._ff_2, context
-        )
-        return context, scores if return_attention_scores else None
 
     def _masked_softmax(self, attention_scores, attention_mask=None):
         """Keras's masked softmax, except that masked keys get exactly zero
