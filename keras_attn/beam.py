@@ -1,6 +1,6 @@
 """Apache Beam's `RunInference` over keras_attn's SavedModels: the IMDB
 classifiers' and the translator's, loaded with `tf.saved_model.load`
-(through the op allowlist, `keras_attn.opener`), called through their
+(through the op allowlist, `keras_attn.loading.opener`), called through their
 signatures. Neither tensorflow-hub nor tf-keras is needed: Beam's stock
 `TFModelHandlerTensor` asks for the first and loads with
 `tf.keras.models.load_model`, which refuses a SavedModel under Keras 3
@@ -56,7 +56,7 @@ class SavedModelClassifierHandler(TextModelHandler):
         self.attention, self.allow_unsafe = attention, allow_unsafe
 
     def load_model(self):
-        from keras_attn.opener import SavedModelArtifact
+        from keras_attn.loading.opener import SavedModelArtifact
 
         path = _saved_model_folder(self.model_path, "saved_model")
         return SavedModelArtifact(path, self.allow_unsafe)
@@ -97,7 +97,7 @@ class SavedModelTranslatorHandler(TextModelHandler):
         self.signature, self.allow_unsafe = signature, allow_unsafe
 
     def load_model(self):
-        from keras_attn.opener import SavedModelArtifact
+        from keras_attn.loading.opener import SavedModelArtifact
 
         path = _saved_model_folder(self.model_path, "saved_model")
         model = SavedModelArtifact(path, self.allow_unsafe)

@@ -1,5 +1,5 @@
 """How the CLI loads and runs models: the loaders (the contracts they
-check are `keras_attn.opener`'s), the run harness (a model's errors in
+check are `keras_attn.loading.opener`'s), the run harness (a model's errors in
 one line, `keras_attn_cli.tf_errors`) and `open_model`, through which every
 command and `serve` open a file. Finding and naming them is
 `keras_attn_cli.finding`'s."""
@@ -15,7 +15,7 @@ from keras_attn_runtime.opener import is_saved_model
 def load_classifier(path):
     """A `.keras` raw-text classifier: one string input, a dict output
     with `probability` (the documented contract)."""
-    from keras_attn.opener import KerasArtifact, check_classifier
+    from keras_attn.loading.opener import KerasArtifact, check_classifier
 
     model = KerasArtifact(path).model
     check_classifier(model, path)
@@ -75,7 +75,7 @@ def known_words(model, texts):
 
 def load_translator(path, allow_unsafe=False):
     """The `translate` function of a translator SavedModel (the folder or
-    its parent), opened as every SavedModel is (`keras_attn.opener`)."""
+    its parent), opened as every SavedModel is (`keras_attn.loading.opener`)."""
     inside = os.path.join(path, TRANSLATOR_FOLDER["saved_model"])
     if os.path.isdir(inside):
         path = inside
@@ -83,7 +83,7 @@ def load_translator(path, allow_unsafe=False):
         raise ValueError(
             f"No SavedModel translator in {path!r} (no saved_model.pb)."
         )
-    from keras_attn.opener import SavedModelArtifact, signature_of
+    from keras_attn.loading.opener import SavedModelArtifact, signature_of
 
     loaded = SavedModelArtifact(path, allow_unsafe).loaded
     return signature_of(
@@ -96,11 +96,11 @@ def load_translator(path, allow_unsafe=False):
 
 def _tensorflow_loader(kind):
     """A loader of `kind` for `keras_attn_runtime.opener.register` that
-    imports TensorFlow and Keras (`keras_attn.opener`) only when a file of
-    that kind is opened: serving a LiteRT file never imports them."""
+    imports TensorFlow and Keras (`keras_attn.loading.opener`) only when
+    a file of that kind is opened: serving a LiteRT file never imports them."""
 
     def load(path, allow_unsafe):
-        from keras_attn import opener
+        from keras_attn.loading import opener
 
         return opener.open_tensorflow_kind(kind, path, allow_unsafe)
 

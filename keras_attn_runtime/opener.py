@@ -14,7 +14,7 @@ Signature}`), and runs one with `run(name, inputs) -> {name:
 array}`. This runtime opens the LiteRT and ONNX files (NumPy, LiteRT,
 onnxruntime) itself. It imports nothing above it: the kinds that need
 TensorFlow and Keras (SavedModels, `.keras` files) open through loaders
-registered from above (`register`; `keras_attn.opener` registers its own
+registered from above (`register`; `keras_attn.loading.opener` registers its own
 when imported, and the command line registers them lazily, so that a
 LiteRT file never imports TensorFlow); without one, they are refused
 with a clear message.
@@ -282,7 +282,7 @@ def open(  # noqa: A001
         raise ValueError(
             f"A {kind} artifact needs keras_attn with TensorFlow and Keras "
             "(from keras_attn's source: pip install '.[cpu]', then `import "
-            "keras_attn.opener`); this runtime opens .tflite and .onnx "
+            "keras_attn.loading.opener`); this runtime opens .tflite and .onnx "
             f"files. Received: {flag}={path!r}"
         )
     return load(file, allow_unsafe)

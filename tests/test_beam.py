@@ -27,7 +27,7 @@ def folder(path):
 
 def test_the_classifier_handler_gives_each_text_its_direct_probability():
     from keras_attn.beam import SavedModelClassifierHandler
-    from keras_attn.opener import SavedModelArtifact
+    from keras_attn.loading.opener import SavedModelArtifact
 
     path = folder(CLASSIFIER)
     got = run(SavedModelClassifierHandler(path, max_batch_size=8), REVIEWS)
@@ -53,7 +53,7 @@ def test_the_classifier_handler_gives_each_text_its_direct_probability():
 
 def test_the_translator_handler_gives_each_sentence_its_translation():
     from keras_attn.beam import SavedModelTranslatorHandler
-    from keras_attn.opener import SavedModelArtifact
+    from keras_attn.loading.opener import SavedModelArtifact
 
     path = folder(TRANSLATOR)
     handler = SavedModelTranslatorHandler(path, bucket_by_length=True)

@@ -13,6 +13,7 @@ from packaging.version import Version
 import keras_attn
 import keras_attn_runtime
 from keras_attn import legacy
+from keras_attn.legacy import modules as legacy_modules
 from keras_attn_runtime import legacy as runtime_legacy
 
 
@@ -120,3 +121,37 @@ def test_the_streaming_translator_export_moved_with_a_warning():
         assert export.export_streaming_translator is export_streaming_translator
     with pytest.raises(AttributeError, match="no_such_exporter"):
         export.no_such_exporter  # noqa: B018
+
+
+@pytest.mark.parametrize("old, new", sorted(legacy_modules.MOVED.items()))
+def test_a_moved_module_is_its_new_module_and_warns(old, new):
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, warnings\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    old = importlib.import_module({old!r})\n"
+        f"new = importlib.import_module({new!r})\n"
+        "assert old is new, (old, new)\n"
+        "messages = [str(w.message) for w in seen\n"
+        "            if w.category is DeprecationWarning]\n"
+        f"assert any({new!r} in m for m in messages), messages\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_from_the_package_a_moved_module_is_its_new_module():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from keras_attn import trust
+    from keras_attn.loading import trust as moved
+
+    assert trust is moved
+    assert callable(trust.check_saved_model)

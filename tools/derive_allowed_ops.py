@@ -1,4 +1,4 @@
-"""Derive the SavedModel op allowlist (`keras_attn/allowed_ops.txt`).
+"""Derive the SavedModel op allowlist (`keras_attn/loading/allowed_ops.txt`).
 
 `python tools/derive_allowed_ops.py` exports every model of the export
 matrix (`tests/export/test_export_matrix.py`) as a SavedModel with
@@ -17,7 +17,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from keras_attn import trust  # noqa: E402
+from keras_attn.loading import trust  # noqa: E402
 from tests.export.test_export_matrix import BUILDERS  # noqa: E402
 
 

@@ -40,4 +40,11 @@ REMOVALS = [
         "keras_attn.legacy.saved_models",
         "1.0",
     ),
+    (
+        "`keras_attn.opener`, `keras_attn.trust` and "
+        "`keras_attn.allowed_ops`, now in `keras_attn.loading` (a "
+        "DeprecationWarning)",
+        "keras_attn.legacy.modules",
+        "1.0",
+    ),
 ]

@@ -170,7 +170,7 @@ def _saved_model_scorer(artifact):
 
     from keras_attn import export
     from keras_attn.legacy import saved_models as legacy_saved_models
-    from keras_attn.opener import saved_classifier
+    from keras_attn.loading.opener import saved_classifier
 
     fn = saved_classifier(artifact.loaded, artifact.path)
 

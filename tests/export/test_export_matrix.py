@@ -198,9 +198,9 @@ def test_keras_litert_export_is_builtin_and_matches(name, tmp_path):
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_saved_model_export_passes_the_op_allowlist(name, tmp_path):
     """Every export-matrix model, as a SavedModel, holds only ops that
-    `keras_attn.allowed_ops` admits (the list was derived from these and
+    `keras_attn.loading.allowed_ops` admits (the list was derived from these and
     the shipped models: a new op in an export fails here first)."""
-    from keras_attn import trust
+    from keras_attn.loading import trust
 
     path = str(tmp_path / "sm")
     BUILDERS[name]().export(path, format="tf_saved_model", verbose=False)

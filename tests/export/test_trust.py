@@ -1,7 +1,7 @@
-"""The SavedModel allowlist (`keras_attn.trust`): crafted graphs from the
-third trust round, each refused, and a bounded fuzz test inserting random
-ops from TensorFlow's registry. Graphs are edited as protocol buffers,
-never loaded: nothing here runs a crafted model."""
+"""The SavedModel allowlist (`keras_attn.loading.trust`): crafted graphs
+from the third trust round, each refused, and a bounded fuzz test inserting
+random ops from TensorFlow's registry. Graphs are edited as protocol
+buffers, never loaded: nothing here runs a crafted model."""
 
 import glob
 import os
@@ -12,8 +12,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from keras_attn import trust  # noqa: E402
-from keras_attn.allowed_ops import ALLOWED_OPS  # noqa: E402
+from keras_attn.loading import trust  # noqa: E402
+from keras_attn.loading.allowed_ops import ALLOWED_OPS  # noqa: E402
 
 SHIPPED = sorted(glob.glob("saved_models/*/saved_model"))
 

@@ -100,11 +100,11 @@ def test_streamed_pieces_join_to_the_generated_text():
 def test_a_served_folder_refuses_a_prompt_past_its_window_as_the_clients(
     tmp_path,
 ):
-    """The folder's artifact (`keras_attn.opener.TextGeneratorArtifact`)
+    """The folder's artifact (`keras_attn.loading.opener.TextGeneratorArtifact`)
     refuses a prompt that leaves no room to answer with `PromptTooLong`
     (a 400 when served), before the model runs; the limit is one less
     than the context, as `prompt_ids` counts."""
-    from keras_attn.opener import PromptTooLong, TextGeneratorArtifact
+    from keras_attn.loading.opener import PromptTooLong, TextGeneratorArtifact
 
     generator().save(str(tmp_path))
     artifact = TextGeneratorArtifact(str(tmp_path))
@@ -150,8 +150,8 @@ def test_a_sampled_continuation_is_the_same_for_the_same_seed():
 
 
 def test_the_served_folder_samples_from_a_settings_dict(tmp_path):
+    from keras_attn.loading.opener import TextGeneratorArtifact
     from keras_attn.models import Sampling
-    from keras_attn.opener import TextGeneratorArtifact
     from keras_attn_runtime.opener import streams
 
     g = generator()

@@ -1,5 +1,5 @@
 """One way to open a model file (`keras_attn_runtime.opener` and
-`keras_attn.opener`): the order a folder is read in, the kinds, and the
+`keras_attn.loading.opener`): the order a folder is read in, the kinds, and the
 same artifact for `predict NAME` and `serve NAME`."""
 
 import json
@@ -45,7 +45,7 @@ def test_nothing_to_open_names_the_flag_and_the_value(tmp_path):
 
 
 def test_the_runtime_opens_tensorflow_kinds_through_the_library(tmp_path):
-    import keras_attn.opener  # noqa: F401  (registers the TensorFlow kinds)
+    import keras_attn.loading.opener  # noqa: F401  (registers the TensorFlow kinds)
 
     touch(str(tmp_path / "model.keras"))
     with pytest.raises(ValueError, match="Could not load a Keras model"):
@@ -257,8 +257,8 @@ def test_a_saved_model_without_keras_attn_says_how_to_get_it(
 
 
 def test_the_runtime_imports_nothing_of_the_library_above_it():
-    # It imported `keras_attn.opener` to open SavedModels, which imported
-    # it back: a circle, and an arrow from the bottom floor up.
+    # It imported `keras_attn.loading.opener` to open SavedModels, which
+    # imported it back: a circle, and an arrow from the bottom floor up.
     import ast
 
     folder = os.path.join(ROOT, "keras_attn_runtime")

@@ -216,7 +216,7 @@ def test_subword_translator_serves_one_answer_everywhere(vocab, tmp_path):
     tokens = greedy["source_tokens"].numpy()[1].tolist()
     assert b"12" in tokens  # the unknown word itself, ready to be copied
     folder = translator.save(str(tmp_path / "tr"))
-    from keras_attn import trust
+    from keras_attn.loading import trust
 
     assert trust.unsafe_ops(f"{folder}/saved_model") == []  # CLI loads it
     loaded = tf.saved_model.load(f"{folder}/saved_model")

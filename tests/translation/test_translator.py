@@ -505,7 +505,7 @@ def test_segmenter_arguments_are_checked():
 
 @pytest.mark.slow
 def test_segmenter_travels_to_the_saved_model_and_the_litert_file(tmp_path):
-    from keras_attn.trust import check_saved_model
+    from keras_attn.loading.trust import check_saved_model
 
     translator = tiny_translator(
         tiny_model(), segmenter="english_clauses", segment_longer_than=2
