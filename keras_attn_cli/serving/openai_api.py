@@ -181,11 +181,12 @@ def check_unicode(text, param):
         ) from None
 
 
-def parse_request(body, generative, chat=False):
+def parse_request(body, find, chat=False):
     """The settings of a completions (`chat=False`) or chat completions
-    request: `{"model", "prompt", "max_tokens", "stop", "stream",
-    "include_usage"}`, or an `OpenAIError`. `generative`: the names of
-    the models that answer."""
+    request: `{"model", "served", "prompt", "max_tokens", "stop",
+    "stream", "include_usage"}`, or an `OpenAIError`. `find(name)`: the
+    served model `name` names (the plane's lookup, `settings["served"]`),
+    raising a `LookupError` that says what is served otherwise."""
     if not isinstance(body, dict):
         raise OpenAIError("Expected a JSON object as the request body.")
     model = body.get("model")
@@ -194,14 +195,16 @@ def parse_request(body, generative, chat=False):
             f"Expected model to be a string. Received: model={_shown(model)}",
             "model",
         )
-    if model not in generative:
+    try:
+        served = find(model)
+    except LookupError as err:
         raise OpenAIError(
-            f"The model {model!r} does not exist or is not generative; "
-            f"served: {sorted(generative)}",
+            f"The model {model!r} does not exist or is not generative: "
+            f"{err.args[0] if err.args else err}",
             "model",
             status=404,
             code="model_not_found",
-        )
+        ) from None
     prompt = _prompt(body, chat)
     check_unicode(prompt, "messages" if chat else "prompt")
     if not prompt.strip() or not any(c.isalnum() for c in prompt):
@@ -246,6 +249,7 @@ def parse_request(body, generative, chat=False):
     options = _check_type(body, "stream_options", (dict,), "an object") or {}
     return {
         "model": model,
+        "served": served,
         "prompt": prompt,
         "max_tokens": max_tokens,
         "stop": stop or [],

@@ -14,6 +14,7 @@ import time
 
 from keras_attn_cli.serving import openai_api as rules
 from keras_attn_cli.serving import openai_events as sse
+from keras_attn_cli.serving import plane
 from keras_attn_cli.serving.admission import Admission, TooBusy
 from keras_attn_cli.serving.limits import (
     LOGGER,
@@ -52,11 +53,14 @@ def add_openai_routes(app, models):
         if name in streams
     }
 
+    def find(name):  # the plane's lookup, over the generative models
+        return plane.find(generative, name)
+
     async def answer(request, chat):
         try:
             body = await _read_json(request)
-            settings = rules.parse_request(body, generative, chat)
-            model = generative[settings["model"]]
+            settings = rules.parse_request(body, find, chat)
+            model = settings["served"]
             check_text(
                 settings["prompt"].encode("utf-8"), "the prompt", model.limits
             )

@@ -5,6 +5,7 @@ chat completions, whole and streamed, their limits and their errors."""
 import json
 import os
 import signal
+import types
 
 import pytest
 
@@ -18,7 +19,15 @@ TRANSLATOR = Signature(
 CLASSIFIER = Signature(
     {"text": ("string", [None])}, {"probability": ("float32", [None, 1])}
 )
-GENERATIVE = {"translator"}
+SERVED = {
+    "translator": types.SimpleNamespace(public_name="translator", version=1)
+}
+
+
+def FIND(name):  # noqa: N802  (the plane's lookup, as the routes pass it)
+    from keras_attn_cli.serving import plane
+
+    return plane.find(SERVED, name)
 
 
 GENERATOR = Signature(
@@ -95,11 +104,10 @@ def test_a_token_stream_stops_after_max_tokens_words():
 
 
 def test_a_completion_request_is_read_with_openais_defaults():
-    got = oa.parse_request(
-        {"model": "translator", "prompt": ["Hi."]}, GENERATIVE
-    )
+    got = oa.parse_request({"model": "translator", "prompt": ["Hi."]}, FIND)
     assert got == {
         "model": "translator",
+        "served": SERVED["translator"],
         "prompt": "Hi.",
         "max_tokens": None,
         "stop": [],
@@ -122,7 +130,7 @@ def test_a_completion_request_is_read_with_openais_defaults():
             "temperature": 0,
             "seed": 4,
         },
-        GENERATIVE,
+        FIND,
         chat=True,
     )
     assert chat["prompt"] == "Hi." and chat["max_tokens"] == 3
@@ -180,7 +188,7 @@ def test_a_bad_request_is_refused_naming_its_parameter(body, param, status):
 
 def _refused_naming(body, param, status=400, chat=False):
     with pytest.raises(oa.OpenAIError) as info:
-        oa.parse_request(body, GENERATIVE, chat=chat)
+        oa.parse_request(body, FIND, chat=chat)
     assert info.value.param == param and info.value.status == status
     assert status == 404 or "Received" in str(info.value)
     error = oa.error_body(info.value)["error"]
@@ -222,7 +230,7 @@ def test_a_content_part_of_the_wrong_type_is_a_400_naming_messages(part):
         "messages": [{"role": "user", "content": [part]}],
     }
     with pytest.raises(oa.OpenAIError) as info:
-        oa.parse_request(body, GENERATIVE, chat=True)
+        oa.parse_request(body, FIND, chat=True)
     assert info.value.param == "messages" and info.value.status == 400
     assert "messages[0].content[0]" in str(info.value)
 
@@ -240,7 +248,7 @@ def test_parts_of_other_types_are_left_out():
             }
         ],
     }
-    assert oa.parse_request(body, GENERATIVE, chat=True)["prompt"] == "Hi."
+    assert oa.parse_request(body, FIND, chat=True)["prompt"] == "Hi."
 
 
 @pytest.mark.parametrize(
@@ -285,7 +293,7 @@ def test_a_lone_surrogate_is_a_400_naming_its_field(body, param, chat):
 def test_sampling_is_read_as_openai_and_vllm_send_it():
     def read(**fields):
         body = {"model": "translator", "prompt": "Hi.", **fields}
-        return oa.parse_request(body, GENERATIVE)
+        return oa.parse_request(body, FIND)
 
     assert read(temperature=0, top_p=0.5, seed=3)["sampling"] is None
     assert read()["sampling"] is None  # the model's own search
@@ -346,7 +354,7 @@ def test_a_chat_must_end_with_the_users_message():
         "messages": [{"role": "assistant", "content": "x"}],
     }
     with pytest.raises(oa.OpenAIError, match="last message"):
-        oa.parse_request(body, GENERATIVE, chat=True)
+        oa.parse_request(body, FIND, chat=True)
 
 
 def test_stop_and_max_tokens_cut_the_answer_and_say_why():
