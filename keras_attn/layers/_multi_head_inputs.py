@@ -7,6 +7,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers._multi_head_arguments import ADDED
+from keras_attn.ops import positional
 from keras_attn.validation import (
     check_attention_masks,
     check_batch,
@@ -206,6 +207,13 @@ def resolve_inputs(
         cache is not None,
     )
     if layer.cache_policy is not None and index is not None:
+        if positional.per_row(index):
+            raise ValueError(
+                "A cache_update_index a row (rows at different positions) "
+                "needs the full cache; layer "
+                f"{layer.name!r} has cache_policy={layer.cache_policy!r}. "
+                f"Received: cache_update_index of shape {tuple(index.shape)}"
+            )
         check_policy_inputs(step)
     return step
 
@@ -220,6 +228,9 @@ def new_steps_mask(step):
     steps = ops.shape(step.query)[1]
     if mask.shape[1] is not None and mask.shape[1] == step.query.shape[1]:
         return mask
+    if positional.per_row(step.start):
+        at = positional.step_positions(steps, step.start)  # (B, T)
+        return ops.take_along_axis(mask, at, axis=1)
     return ops.slice(mask, (0, step.start), (ops.shape(mask)[0], steps))
 
 

@@ -4,6 +4,7 @@ builds, and the score bias of relative positions over its keys."""
 from keras import ops
 
 from keras_attn.layers import _multi_head_arguments as arguments
+from keras_attn.ops import positional
 
 
 def build(layer):
@@ -39,7 +40,7 @@ def total_bias(layer, q, step, length, attention_bias):
     positions `0...`, or a cache policy's (any row's)."""
     if len(q.shape) != 4:
         return attention_bias
-    queries = ops.arange(ops.shape(q)[1]) + step.start
+    queries = positional.step_positions(ops.shape(q)[1], step.start)
     keys = ops.arange(length)
     if step.key_positions is not None:
         keys = ops.max(step.key_positions, axis=0)

@@ -29,6 +29,7 @@ to. `keras.ops` only: every backend, compiled or eager.
 import keras
 from keras import ops
 
+from keras_attn.ops import positional
 from keras_attn.validation import positive_int
 
 
@@ -248,10 +249,26 @@ class FullCache:
         return batch_full(batch_size, (2, length, heads, key_dim), 0, dtype)
 
     def write(self, cache, k_new, v_new, index):
-        """`(k, v, new cache)` with the new steps written at `index`."""
+        """`(k, v, new cache)` with the new steps written at `index` (or,
+        for an index a row `(B,)`, each row's at its own)."""
+        if positional.per_row(index):
+            return self._write_rows(cache, k_new, v_new, index)
         at = (0, index, 0, 0)
         k = ops.slice_update(cache[:, 0], at, k_new)  # (B, T, H, K)
         v = ops.slice_update(cache[:, 1], at, v_new)
+        return k, v, ops.stack([k, v], axis=1)
+
+    def _write_rows(self, cache, k_new, v_new, index):
+        length = ops.shape(cache)[2]
+        at = positional.step_positions(ops.shape(k_new)[1], index)  # (B, t)
+        hot = ops.one_hot(at, length, dtype=cache.dtype)  # (B, t, T)
+        written = ops.sum(hot, axis=1)[:, :, None, None] > 0  # (B, T, 1, 1)
+
+        def put(old, new):
+            spread = ops.einsum("bts,bthk->bshk", hot, ops.cast(new, old.dtype))
+            return ops.where(written, spread, old)
+
+        k, v = put(cache[:, 0], k_new), put(cache[:, 1], v_new)
         return k, v, ops.stack([k, v], axis=1)
 
 

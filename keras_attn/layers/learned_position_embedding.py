@@ -4,6 +4,7 @@ import keras
 from keras import layers, ops
 
 from keras_attn.layers._added_position import AddedToInputs
+from keras_attn.ops import positional
 from keras_attn.validation import (
     clone_initializer,
     positive_int,
@@ -88,6 +89,9 @@ class LearnedPositionEmbedding(AddedToInputs, layers.Layer):
                 f"inputs.shape={tuple(inputs.shape)}, start_index={start_index}"
             )
         table = ops.cast(self.embeddings, self.compute_dtype)
+        if positional.per_row(start_index):  # a start a row: (B, T, D)
+            positions = positional.step_positions(length, start_index)
+            return ops.take(table, positions, axis=0)
         rows = ops.slice(
             table, (start_index, 0), (length, table.shape[-1])
         )  # (T, D)

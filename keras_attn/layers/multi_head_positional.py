@@ -98,7 +98,9 @@ class MultiHeadPositional(layers.MultiHeadAttention):
             so a prompt run through the cache equals the full pass.
             With a `cache_policy`, the policy's state (`empty_cache`),
             masked by positions: the new steps' padding is `query_mask`.
-        cache_update_index: position of `query`'s first step in the cache.
+        cache_update_index: position of `query`'s first step in the cache,
+            or a position a row `(B,)` (full cache only): each row's steps
+            are written, positioned and masked at its own.
         start_index: position of `query`'s first step for its encoding,
             with a cache. Defaults to `cache_update_index`, else 0.
 

@@ -96,7 +96,7 @@ class RotaryEmbedding(layers.Layer):
             x = inputs[..., None, :]  # (B, T, 1, K)
         else:
             x = ops.moveaxis(inputs, axis, -3)
-        positions = ops.arange(ops.shape(x)[-3]) + start_index
+        positions = positional.step_positions(ops.shape(x)[-3], start_index)
         turned = positional.rotary(
             x, positions, self.max_wavelength, self.scaling_factor
         )

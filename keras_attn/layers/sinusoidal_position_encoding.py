@@ -63,7 +63,7 @@ class SinusoidalPositionEncoding(AddedToInputs, layers.Layer):
     def call(self, inputs, start_index=0):
         shape = ops.shape(inputs)
         length, depth = shape[-2], inputs.shape[-1]
-        positions = ops.arange(length) + start_index  # (T,)
+        positions = positional.step_positions(length, start_index)
         encoding = positional.sinusoidal_encoding(
             positions, depth, self.max_wavelength, self.compute_dtype
         )  # (T, D)

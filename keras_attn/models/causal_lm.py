@@ -255,7 +255,9 @@ class CausalLM(keras.Model):
         Args:
             token_ids: `(B, T)` int32.
             cache: `empty_cache`'s list, or a previous call's.
-            cache_update_index: the position of `token_ids`' first step.
+            cache_update_index: the position of `token_ids`' first step,
+                or a position a row `(B,)` (rows at different positions
+                in one call, as a server's decode loop runs them).
             padding_mask: `(B, T)`: the steps that are tokens (padded
                 steps are written nowhere another step reads). Defaults
                 to every step.

@@ -7,6 +7,8 @@ Boolean masks use `True` for "attend / keep" and `False` for "ignore".
 import keras
 from keras import ops
 
+from keras_attn.ops import positional
+
 # How far below a slice's smallest logit masked logits are put (see
 # `masked_softmax`): e^-32 ≈ 1.3e-14, so even a million masked keys add
 # less than half a float32 ulp to the softmax's denominator.
@@ -27,13 +29,28 @@ def large_negative_number(dtype):
     return -1e9
 
 
+def _query_rows(query_length, offset):
+    """`i + offset`: `(Tq, 1)`, or `(B, Tq, 1)` for an offset a row
+    (`(B,)`, rows at different positions)."""
+    rows = ops.arange(query_length)[:, None]
+    if positional.per_row(offset):
+        return ops.cast(offset, rows.dtype)[:, None, None] + rows
+    return rows + offset
+
+
+def _batched(mask):
+    """A `(Tq, Tv)` mask as `(1, Tq, Tv)`; a `(B, Tq, Tv)` one as it is."""
+    return mask[None] if len(mask.shape) == 2 else mask
+
+
 def causal_mask(query_length, value_length, offset=0):
     """Lower-triangular mask: query `i` may attend to keys `j <= i + offset`.
 
     Returns:
-        Boolean tensor of shape `(query_length, value_length)`.
+        Boolean tensor of shape `(query_length, value_length)`, or
+        `(B, query_length, value_length)` for an offset a row `(B,)`.
     """
-    rows = ops.arange(query_length)[:, None] + offset  # (Tq, 1)
+    rows = _query_rows(query_length, offset)  # (Tq, 1)
     cols = ops.arange(value_length)[None, :]  # (1, Tv)
     return ops.greater_equal(rows, cols)  # (Tq, Tv)
 
@@ -43,9 +60,10 @@ def band_mask(query_length, value_length, width, offset=0):
     `|i + offset - j| < width` (Keras's `sliding_window` band).
 
     Returns:
-        Boolean tensor of shape `(query_length, value_length)`.
+        Boolean tensor of shape `(query_length, value_length)` (or
+        `(B, ...)` for an offset a row).
     """
-    rows = ops.arange(query_length)[:, None] + offset  # (Tq, 1)
+    rows = _query_rows(query_length, offset)  # (Tq, 1)
     cols = ops.arange(value_length)[None, :]  # (1, Tv)
     return ops.less(ops.abs(rows - cols), width)  # (Tq, Tv)
 
@@ -173,7 +191,14 @@ def zero_rows(output, rows):
 
 def written_mask(query_mask, length, offset):
     """`(B, length)`: the query mask of the new steps written at `offset`
-    into an all-valid key mask of the cache's length."""
+    (or at an offset a row, `(B,)`) into an all-valid key mask of the
+    cache's length."""
+    if positional.per_row(offset):
+        steps = ops.shape(query_mask)[1]
+        at = positional.step_positions(steps, offset)  # (B, Tq)
+        hot = ops.one_hot(at, length, dtype="int32")  # (B, Tq, length)
+        padded = 1 - ops.cast(ops.cast(query_mask, "bool"), "int32")
+        return ops.sum(hot * padded[..., None], axis=1) == 0
     batch = ops.shape(query_mask)[0]
     keys = ops.ones((batch, length), "int32")
     new = ops.cast(ops.cast(query_mask, "bool"), "int32")
@@ -200,14 +225,14 @@ def full_mask(
     start = 0 if offset is None else offset
     merged = None
     if use_causal_mask:
-        merged = causal_mask(query_length, value_length, start)[None]
+        merged = _batched(causal_mask(query_length, value_length, start))
     if offset is not None:  # the written keys only
         last = offset + query_length - 1
-        written = causal_mask(1, value_length, last)[None]
+        written = _batched(causal_mask(1, value_length, last))
         merged = written if merged is None else merged & written
     if sliding_window:
         band = band_mask(query_length, value_length, sliding_window, start)
-        merged = band[None] if merged is None else merged & band
+        merged = _batched(band) if merged is None else merged & band
     padding = merge_masks(
         query_length, value_length, query_mask=query_mask, value_mask=value_mask
     )

@@ -3,6 +3,21 @@
 from keras import ops
 
 
+def per_row(start):
+    """Whether `start` gives each row its own position: a `(B,)` tensor
+    (rows at different steps in one call), not one position for all."""
+    return len(getattr(start, "shape", ())) == 1
+
+
+def step_positions(length, start):
+    """The positions of `length` steps from `start`: `(T,)` from one
+    position, `(B, T)` from a position a row (`per_row`)."""
+    if per_row(start):
+        steps = ops.arange(length, dtype="int32")
+        return ops.cast(start, "int32")[:, None] + steps[None]
+    return ops.arange(length) + start
+
+
 def sinusoidal_encoding(
     positions, depth, max_wavelength=10000.0, dtype="float32"
 ):
@@ -12,12 +27,12 @@ def sinusoidal_encoding(
     `PE[p, 2i+1] = cos(p / max_wavelength^(2i/depth))`.
 
     Args:
-        positions: tensor of shape `(T,)`.
+        positions: tensor of shape `(T,)`, or `(B, T)`.
         depth: the encoding width `D`.
         max_wavelength: the largest wavelength. Defaults to `10000`.
 
     Returns:
-        Tensor of shape `(T, D)`.
+        Tensor of shape `(T, D)` (or `(B, T, D)`).
     """
     positions = ops.cast(positions, "float32")
     dims = ops.arange(depth)  # (D,)
@@ -25,8 +40,8 @@ def sinusoidal_encoding(
     inv_freq = ops.power(
         ops.cast(max_wavelength, "float32"), -pair / float(depth)
     )  # (D,)
-    angles = positions[:, None] * inv_freq[None, :]  # (T, D)
-    is_even = ops.equal(dims % 2, 0)[None, :]
+    angles = positions[..., None] * inv_freq  # (..., T, D)
+    is_even = ops.equal(dims % 2, 0)
     encoding = ops.where(is_even, ops.sin(angles), ops.cos(angles))
     return ops.cast(encoding, dtype)  # (T, D)
 
@@ -41,7 +56,8 @@ def rotary(x, positions, max_wavelength=10000.0, scaling_factor=1.0):
 
     Args:
         x: `(..., T, H, K)` with `K` even.
-        positions: `(T,)` positions of the `T` steps.
+        positions: `(T,)` positions of the `T` steps, or `(B, T)` (a row
+            each, `x` then `(B, T, H, K)`).
         max_wavelength: `w`. Defaults to `10000`.
         scaling_factor: `s`, dividing positions (position interpolation).
             Defaults to `1`.
@@ -50,9 +66,9 @@ def rotary(x, positions, max_wavelength=10000.0, scaling_factor=1.0):
     exponent = ops.arange(0, depth, 2, dtype="float32") / float(depth)
     inv_freq = ops.power(ops.cast(max_wavelength, "float32"), -exponent)
     scaled = ops.cast(positions, "float32") / float(scaling_factor)
-    angles = scaled[:, None] * inv_freq[None, :]  # (T, K/2)
-    angles = ops.concatenate([angles, angles], axis=-1)[:, None, :]
-    cos, sin = ops.cos(angles), ops.sin(angles)  # (T, 1, K)
+    angles = scaled[..., None] * inv_freq  # (..., T, K/2)
+    angles = ops.concatenate([angles, angles], axis=-1)[..., None, :]
+    cos, sin = ops.cos(angles), ops.sin(angles)  # (..., T, 1, K)
     x32 = ops.cast(x, "float32")
     first, second = ops.split(x32, 2, axis=-1)
     # −x₂ as a product with −1 (the same floats): NPU compilers that run
@@ -76,9 +92,13 @@ def alibi_slopes(num_heads):
 
 def alibi_bias(slopes, query_positions, key_positions):
     """`−m_h · |i − j|`, `(1, H, Tq, Tk)`: ALiBi's score bias for query
-    positions `i` and key positions `j` (in causal attention the masked
-    keys `j > i` never count, so this is the paper's `−m_h (i − j)`)."""
+    positions `i` `(Tq,)` and key positions `j` `(Tk,)` (in causal
+    attention the masked keys `j > i` never count, so this is the paper's
+    `−m_h (i − j)`); `(B, H, Tq, Tk)` for query positions a row `(B, Tq)`."""
     slopes = ops.convert_to_tensor(slopes, "float32")
-    i = ops.cast(query_positions, "float32")[:, None]
+    i = ops.cast(query_positions, "float32")[..., None]
     j = ops.cast(key_positions, "float32")[None, :]
-    return -slopes[None, :, None, None] * ops.abs(i - j)[None, None]
+    distance = ops.abs(i - j)  # (Tq, Tk) or (B, Tq, Tk)
+    if len(distance.shape) == 3:
+        return -slopes[None, :, None, None] * distance[:, None]
+    return -slopes[None, :, None, None] * distance[None, None]

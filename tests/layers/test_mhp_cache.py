@@ -165,3 +165,96 @@ def test_cache_with_a_value_mask_equals_the_full_pass(chunk):
         )
         outs.append(to_numpy(out))
     np.testing.assert_allclose(np.concatenate(outs, 1), full, atol=1e-5)
+
+
+# A cache_update_index a row: rows at different positions in one call (a
+# server's rows, each its own request). Each row must get what it gets
+# alone, with one index.
+ROW_CONFIGS = [
+    {"position": "rotary"},
+    {"position": "alibi"},
+    {"position": "sinusoidal", "num_key_value_heads": 1},
+    {"position": "learned", "max_length": 16},
+    {"position": None, "feed_forward": "concat"},
+]
+
+
+def _rows_alone_and_together(layer, prompts, chunk, length=12):
+    """Each prompt's cache alone, then `chunk` steps at its own position:
+    `(outputs alone, caches alone, outputs together, cache together)`."""
+    steps = RNG.normal(size=(len(prompts), chunk, 8)).astype("float32")
+    outs, caches, after = [], [], []
+    for row, prompt in enumerate(prompts):
+        cache = layer.empty_cache(1, length)
+        if len(prompt):
+            _, cache = layer(
+                prompt[None],
+                cache=cache,
+                cache_update_index=0,
+                use_causal_mask=True,
+            )
+        caches.append(to_numpy(cache))
+        out, cache = layer(
+            steps[row : row + 1],
+            cache=cache,
+            cache_update_index=len(prompt),
+            use_causal_mask=True,
+        )
+        outs.append(to_numpy(out)[0])
+        after.append(to_numpy(cache)[0])
+    index = np.array([len(p) for p in prompts], "int32")
+    out, cache = layer(
+        steps,
+        cache=ops.convert_to_tensor(np.concatenate(caches)),
+        cache_update_index=ops.convert_to_tensor(index),
+        use_causal_mask=True,
+    )
+    return np.stack(outs), np.stack(after), to_numpy(out), to_numpy(cache)
+
+
+@pytest.mark.parametrize("config", ROW_CONFIGS, ids=str)
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_an_index_a_row_gives_each_row_its_answer_alone(config, chunk):
+    layer = MultiHeadPositional(num_heads=2, key_dim=4, **config)
+    prompts = [X[0, :3], X[1, :6], X[0, :0]]
+    alone, alone_cache, together, cache = _rows_alone_and_together(
+        layer, prompts, chunk
+    )
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    # Each row's new keys land at its own positions, and nowhere else.
+    np.testing.assert_allclose(cache, alone_cache, atol=1e-5)
+    for row, prompt in enumerate(prompts):
+        unwritten = cache[row, :, len(prompt) + chunk :]
+        assert not unwritten.any(), row
+
+
+def test_an_index_a_row_masks_each_rows_later_positions():
+    # The written slots after a row's position hold another request's
+    # keys (a freed row): they must weigh nothing.
+    layer = MultiHeadPositional(num_heads=2, key_dim=4, position="rotary")
+    clean = layer.empty_cache(2, 10)
+    step = X[:, :1]
+    index = ops.convert_to_tensor(np.array([2, 5], "int32"))
+    out, _ = layer(step, cache=clean, cache_update_index=index)
+    dirty = to_numpy(clean).copy()
+    dirty[0, :, 3:] = 50.0  # after row 0's position 2
+    dirty[1, :, 6:] = -50.0
+    again, _ = layer(
+        step, cache=ops.convert_to_tensor(dirty), cache_update_index=index
+    )
+    np.testing.assert_allclose(to_numpy(again), to_numpy(out), atol=1e-6)
+
+
+def test_an_index_a_row_with_a_cache_policy_is_refused_by_name():
+    from keras_attn.layers.cache_policies import SlidingWindowCache
+
+    layer = MultiHeadPositional(
+        num_heads=2, key_dim=4, cache_policy=SlidingWindowCache(4)
+    )
+    cache = layer.empty_cache(2, 8)
+    with pytest.raises(ValueError, match="cache_update_index a row"):
+        layer(
+            X[:, :1],
+            cache=cache,
+            cache_update_index=ops.convert_to_tensor(np.array([1, 2])),
+        )
