@@ -72,15 +72,32 @@ class RowBatcher:
         self._active, self._slots = [], None
         self._thread = None
 
-    def search(self, inputs, greedy_search=False):
+    def search(
+        self, inputs, greedy_search=False, first_token=None, max_length=None
+    ):
         """Yield `(ids, alignment (n, S) or None)` as the request's
         settled tokens grow (a greedy search's every step; a beam
         search's when its beams agree on more); the last yield is its
         answer, as the file's search gives it alone. `inputs`: the
         `prefill` inputs of one sentence (e.g. `{"source": ids (1, S)}`).
+        `first_token`: the first step's token (default: the config's
+        `start_id`; a decoder-only prompt's last token, its others
+        prefilled); `max_length`: the most tokens this request gets, at
+        most the config's (e.g. what a prompt leaves of a context).
         Closing the generator frees the request's rows at the next
         step."""
-        request = _Request(self.decoder, inputs, greedy_search)
+        if max_length is not None and (
+            isinstance(max_length, bool)
+            or not isinstance(max_length, int)
+            or max_length < 1
+        ):
+            raise ValueError(
+                "Expected max_length to be a positive integer. Received: "
+                f"max_length={max_length!r}"
+            )
+        request = _Request(
+            self.decoder, inputs, greedy_search, first_token, max_length
+        )
         if request.width > self.max_rows:
             raise ValueError(
                 f"Expected a beam of at most {self.max_rows} rows "
@@ -204,10 +221,14 @@ class _Request:
     """One sentence's search in the loop: its rows, its tokens, its
     searcher, and the queue its caller reads."""
 
-    def __init__(self, decoder, inputs, greedy_search):
+    def __init__(
+        self, decoder, inputs, greedy_search, first_token=None, max_length=None
+    ):
         config = decoder.config
         self.inputs, _ = decoder.padded(inputs)
         self.end_id, self.max_length = config["end_id"], config["max_length"]
+        if max_length is not None:
+            self.max_length = min(int(max_length), self.max_length)
         self.banned_ids = tuple(config.get("banned_ids", ()))
         beam = config.get("search") == "beam" and not greedy_search
         self.width = config["beam_width"] if beam else 1
@@ -224,7 +245,8 @@ class _Request:
                 source_mask=source[:1] != 0,
                 banned_ids=self.banned_ids,
             )
-        self.tokens = np.full((self.width,), config["start_id"], "int32")
+        first = config["start_id"] if first_token is None else first_token
+        self.tokens = np.full((self.width,), first, "int32")
         self.out, self.base, self.index = queue.Queue(), 0, 0
         self.ids, self.rows, self.settled = [], [], 0
         self.finished = self.cancelled = False

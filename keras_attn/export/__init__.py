@@ -48,7 +48,10 @@ from keras_attn.export.saved_model import (
     export_module,
     export_saved_model,
 )
-from keras_attn.export.streaming import export_streaming_tflite
+from keras_attn.export.streaming import (
+    cached_decoder,
+    export_streaming_tflite,
+)
 from keras_attn.export.text_models import (
     check_text_export,
     export_onnx,
@@ -81,6 +84,7 @@ __all__ = [
     "export_onnx",
     "export_saved_model",
     "export_signatures_tflite",
+    "cached_decoder",
     "export_streaming_tflite",
     "export_text_model",
     "export_text_tflite",

@@ -201,6 +201,41 @@ def streaming_functions(
     return {**starts, **steps}, config
 
 
+def cached_decoder(model, context_length):
+    """`(start, step_fn)` for `export_streaming_tflite` from a
+    decoder-only model with KerasHub's cache contract (`call_with_cache`
+    taking a position a row, `empty_cache`; `keras_attn.models.CausalLM`),
+    whose rows decode at positions of their own.
+
+    `start(prompt)` runs a prompt `(1, P)` through an empty cache of
+    `context_length` positions, right-padded with token 0 (written only
+    where the row's later steps overwrite it before reading); its state
+    is `{"cache", "position" (1,)}`, the row's next position. `step_fn`
+    decodes one token a row at that position and moves it on. It does
+    not read `index`, so requests at different steps share a decode call
+    (`keras_attn_runtime.batching`); the caller feeds a prompt's last
+    token as the first step's (the others prefilled), as LiteRT-LM's
+    engine does.
+    """
+    from keras import ops
+
+    def start(prompt):
+        tokens = ops.not_equal(prompt, 0)
+        cache = model.empty_cache(prompt, context_length)
+        _, cache = model.call_with_cache(prompt, cache, 0, padding_mask=tokens)
+        position = ops.sum(ops.cast(tokens, "int32"), axis=1)  # (1,)
+        return {"cache": cache, "position": position}
+
+    def step_fn(tokens, state, index):
+        position = state["position"]
+        logits, cache = model.call_with_cache(
+            tokens[:, None], state["cache"], position
+        )
+        return logits[:, 0], {"cache": cache, "position": position + 1}, None
+
+    return start, step_fn
+
+
 @legacy_exports.streaming_path_first(
     ("overwrite", "quantize", "settings", "metadata", "padding", "step_batch")
 )

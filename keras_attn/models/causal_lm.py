@@ -312,9 +312,10 @@ class CausalLM(keras.Model):
             axis=1,
         )  # (B, S)
         cache = self.empty_cache(token_ids, positions)
-        _, cache = self.call_with_cache(
-            token_ids[:, :-1], cache, 0, given[:, :-1], cache_mask
-        )
+        if token_ids.shape[1] != 1:  # a one-token prompt has nothing before
+            _, cache = self.call_with_cache(
+                token_ids[:, :-1], cache, 0, given[:, :-1], cache_mask
+            )
 
         def step_fn(tokens, state, index):
             logits, cache = self.call_with_cache(

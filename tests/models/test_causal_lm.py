@@ -116,6 +116,17 @@ def test_generate_continues_as_a_step_by_step_greedy_loop():
     np.testing.assert_array_equal(got, ids[5:])
 
 
+def test_a_one_token_prompt_generates_from_that_token():
+    # Nothing comes before the last token: no prefill runs (it once ran
+    # an empty one, which failed in the masks).
+    lm = tiny()
+    got = to_numpy(lm.generate(np.array([[7]], "int32"), 4, end_token_id=0))
+    ids = [7]
+    for _ in range(4):
+        ids.append(int(to_numpy(lm(np.array([ids], "int32")))[0, -1].argmax()))
+    np.testing.assert_array_equal(got[0], ids[1:])
+
+
 def test_left_padding_changes_no_token():
     # A batch of prompts of several lengths, left-padded, gives each
     # prompt's tokens alone.

@@ -149,3 +149,87 @@ def test_a_file_whose_step_reads_its_index_is_refused(tmp_path):
     assert decoder.config["reads_index"] is True
     with pytest.raises(ValueError, match="reads_index"):
         RowBatcher(decoder)
+
+
+def _tiny_causal_lm(position="rotary"):
+    from keras_attn.models import CausalLM
+
+    keras.utils.set_random_seed(3)
+    model = CausalLM(
+        vocabulary_size=24,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        num_key_value_heads=1,
+        position=position,
+    )
+    model(np.ones((1, 3), "int32"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def decoder_only_file(tmp_path_factory):
+    from keras_attn import export
+
+    model = _tiny_causal_lm()
+    path = str(tmp_path_factory.mktemp("rows") / "decoder_only.tflite")
+    export.export_streaming_tflite(
+        export.cached_decoder(model, 16),
+        path,
+        start_signature=[
+            {"prompt": tf.TensorSpec([1, n], tf.int32)} for n in (4, 8)
+        ],
+        step_batch=[1, 2, 4],
+        settings={"start_id": 1, "end_id": 2, "max_length": 8},
+    )
+    return model, path
+
+
+def test_decoder_only_rows_at_different_positions_share_decode_calls(
+    decoder_only_file,
+):
+    # Each request: its prompt but the last token prefilled, the last fed
+    # as the first step's token, its rows at its own positions; together
+    # they must give what `CausalLM.generate` gives each prompt alone.
+    from keras_attn_runtime import StreamingDecoder
+    from keras_attn_runtime.batching import RowBatcher
+
+    model, path = decoder_only_file
+    decoder = StreamingDecoder(path)
+    assert decoder.config["reads_index"] is False
+    batcher = RowBatcher(decoder)
+    prompts = [[1, 5, 9], [1, 7, 3, 11, 4, 6], [1], [1, 20, 8, 8, 13]]
+    expected = []
+    for prompt in prompts:
+        new = np.asarray(model.generate(np.array([prompt], "int32"), 8, 2))
+        ids = new[0].tolist()
+        expected.append(ids[: ids.index(2) + 1] if 2 in ids else ids)
+    answers = [None] * len(prompts)
+
+    def run(i):
+        prompt = np.array([prompts[i][:-1]], "int32")
+        *_, (ids, _) = batcher.search(
+            {"prompt": prompt}, first_token=prompts[i][-1]
+        )
+        answers[i] = ids
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == expected
+    assert batcher.rows_decoded > batcher.steps  # calls were shared
+
+
+def test_a_requests_own_max_length_is_checked_by_name(decoder_only_file):
+    from keras_attn_runtime import StreamingDecoder
+    from keras_attn_runtime.batching import RowBatcher
+
+    batcher = RowBatcher(StreamingDecoder(decoder_only_file[1]))
+    prompt = {"prompt": np.array([[1, 5]], "int32")}
+    with pytest.raises(ValueError, match="max_length=0"):
+        next(batcher.search(prompt, first_token=3, max_length=0))
+    *_, (ids, _) = batcher.search(prompt, first_token=3, max_length=2)
+    assert len(ids) <= 2
