@@ -53,7 +53,11 @@ class Gated:
 
 
 class Model:
+    """What the routes read of a `ServedModel` (its name and version for
+    the plane's lookup)."""
+
     def __init__(self, limits, backend=None):
+        self.public_name, self.version = "lm", 1
         self.backend, self.limits = backend or Gated(), limits
         self.generator = self.backend
         self.executor = concurrent.futures.ThreadPoolExecutor(4)
