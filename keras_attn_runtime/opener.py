@@ -1,17 +1,21 @@
 """One way to open a model file: `open(path) -> Artifact`.
 
 Every command, the server and the runtime's users find, classify and
-load a model file here. The four kinds, and the order a folder is read
+load a model file here. The five kinds, and the order a folder is read
 in (TensorFlow Serving's first):
 
 1. a SavedModel: the folder itself, or its `saved_model/`;
-2. `model.keras`;
-3. its one `.tflite` or `.onnx` file.
+2. a decoder-only folder's `.litertlm` bundle (beside its
+   `generation.json` and `tokenizer.json`), run without TensorFlow
+   (`keras_attn_runtime.generator`);
+3. `model.keras`;
+4. its one `.tflite` or `.onnx` file.
 
-An artifact has `path`, `kind` (`"saved_model"`, `"keras"`, `"litert"`,
-`"onnx"`) and `signatures` (`{name: keras_attn_runtime.signature.
-Signature}`), and runs one with `run(name, inputs) -> {name:
-array}`. This runtime opens the LiteRT and ONNX files (NumPy, LiteRT,
+An artifact has `path`, `kind` (`"saved_model"`, `"litertlm"`,
+`"keras"`, `"litert"`, `"onnx"`) and `signatures` (`{name:
+keras_attn_runtime.signature.Signature}`), and runs one with `run(name,
+inputs) -> {name: array}`. This runtime opens the bundles and the LiteRT
+and ONNX files (NumPy, LiteRT,
 onnxruntime) itself. It imports nothing above it: the kinds that need
 TensorFlow and Keras (SavedModels, `.keras` files) open through loaders
 registered from above (`register`; `keras_attn.loading.opener` registers its own
@@ -25,6 +29,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from keras_attn_runtime import generator
 from keras_attn_runtime.artifact import (
     METADATA_CONFIG,
     TRANSLATOR,
@@ -59,7 +64,12 @@ def registered():
     return sorted(_LOADERS)
 
 
-SUFFIXES = {".keras": "keras", ".tflite": "litert", ".onnx": "onnx"}
+SUFFIXES = {
+    ".keras": "keras",
+    ".tflite": "litert",
+    ".onnx": "onnx",
+    ".litertlm": "litertlm",
+}
 TEXT = {"text": ("string", [None])}
 
 
@@ -131,6 +141,10 @@ def find(path):
     for candidate in (path, os.path.join(path, "saved_model")):
         if is_saved_model(candidate):
             return "saved_model", os.path.normpath(candidate)
+    if generator.is_bundle_generator(path):
+        return "litertlm", os.path.normpath(
+            os.path.join(path, generator.BUNDLE)
+        )
     keras_file = os.path.join(path, "model.keras")
     if os.path.isfile(keras_file):
         return "keras", os.path.normpath(keras_file)
@@ -252,6 +266,24 @@ def open_litert(path, accelerator="cpu", vocabulary_path=None):
     return TextClassifierArtifact(path, "litert", classifier)
 
 
+def open_bundle(path, accelerator="cpu"):
+    """A decoder-only folder's `.litertlm` bundle, run from its folder
+    (`keras_attn_runtime.generator.BundleGenerator`)."""
+    folder = os.path.dirname(path) or "."
+    if accelerator != "cpu":
+        raise ValueError(
+            "A .litertlm bundle runs on the CPU here. Received: "
+            f"accelerator={accelerator!r}"
+        )
+    if not generator.is_bundle_generator(folder):
+        raise ValueError(
+            "Expected a .litertlm bundle in a decoder-only folder (with "
+            f"{generator.SETTINGS} and {generator.TOKENIZER}). Received: "
+            f"{path!r}"
+        )
+    return generator.BundleGenerator(folder)
+
+
 def open_onnx(path):
     """A `.onnx` classifier written by keras_attn."""
     from keras_attn_runtime.classifier import OnnxClassifier
@@ -277,6 +309,8 @@ def open(  # noqa: A001
         return open_litert(file, accelerator, vocabulary_path)
     if kind == "onnx":
         return open_onnx(file)
+    if kind == "litertlm":
+        return open_bundle(file, accelerator)
     load = _LOADERS.get(kind)
     if load is None:
         raise ValueError(

@@ -17,11 +17,12 @@ def greedy(logits, step):
     return np.argmax(logits, axis=-1).astype("int32")
 
 
-def sample_with(uniforms, temperature=1.0, top_k=None):
+def sample_with(uniforms, temperature=1.0, top_k=None, top_p=1.0):
     """A `choose` that draws each step's token from the softmax of the
-    logits (over the `top_k` most likely, when given) by inverting its
-    cumulative distribution at `uniforms[step]` (`(steps, B)` numbers in
-    `[0, 1)` from the caller)."""
+    logits (over the `top_k` most likely, when given, and the nucleus of
+    probability `top_p`: the most likely tokens until their sum reaches
+    it) by inverting its cumulative distribution at `uniforms[step]`
+    (`(steps, B)` numbers in `[0, 1)` from the caller)."""
     uniforms = np.asarray(uniforms, "float32")
 
     def choose(logits, step):
@@ -29,6 +30,13 @@ def sample_with(uniforms, temperature=1.0, top_k=None):
         if top_k is not None:
             kth = np.sort(z, axis=-1)[:, -top_k][:, None]
             z = np.where(z >= kth, z, -np.inf)
+        if top_p < 1:
+            p = np.exp(z - z.max(-1, keepdims=True))
+            p = p / p.sum(-1, keepdims=True)
+            ranked = -np.sort(-p, axis=-1)
+            before = np.cumsum(ranked, axis=-1) - ranked
+            smallest = np.where(before < top_p, ranked, np.inf).min(-1)
+            z = np.where(p >= smallest[:, None], z, -np.inf)
         p = np.exp(z - z.max(-1, keepdims=True))
         cdf = np.cumsum(p / p.sum(-1, keepdims=True), axis=-1)
         u = uniforms[step][:, None]

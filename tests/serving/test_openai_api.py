@@ -532,13 +532,13 @@ def lm_client():
 
 
 def generated(sentences):
-    """What the folder's Keras model answers (`keras-attn translate
-    --model translation_en_fr_lm`)."""
-    from keras_attn.models import TextGenerator
+    """What the folder's bundle answers, run by the runtime as the server
+    runs it (LiteRT-LM's answers: `tests/runtime/test_generator.py`)."""
+    from keras_attn_runtime.generator import BundleGenerator
     from tests.serving.test_serve import SHIPPED
 
     folder = os.path.join(SHIPPED, "translation_en_fr_lm")
-    return TextGenerator.load(folder).generate(sentences)
+    return BundleGenerator(folder, loops=1).generate(sentences)
 
 
 @pytest.mark.slow

@@ -1,0 +1,299 @@
+"""A decoder-only model's folder (`keras_attn.models.TextGenerator`'s:
+`generation.json`, `tokenizer.json`, `model.litertlm`) run from its
+`.litertlm` bundle with NumPy and LiteRT: no TensorFlow, no Keras, no
+LiteRT-LM.
+
+The bundle's LiteRT model is LiteRT-LM's own (`prefill_<T>` and
+`decode` signatures over one copy of the weights), and it is fed as the
+engine feeds it: the start token, the prompt between the folder's prefix
+and suffix, every token but the last prefilled (over the prefill
+lengths, a chunk padded with token 0 at position 0), then one token a
+call from the last; greedy unless sampled. A stream's caches are its
+own arrays; the calls of every stream go to a pool of copies of the
+model (`loops`, one a core by default), a copy taken for one call at a
+time, so streams interleave token by token and one stream costs what it
+costs alone.
+
+    from keras_attn_runtime.generator import BundleGenerator
+
+    generator = BundleGenerator("saved_models/translation_en_fr_lm")
+    for piece in generator.stream("I am here."):
+        print(piece, end="")
+"""
+
+import json
+import os
+import queue
+
+import numpy as np
+
+from keras_attn_runtime.artifact import verify_model
+from keras_attn_runtime.search import sample_with
+from keras_attn_runtime.signature import DEFAULT_SIGNATURE, Signature
+from keras_attn_runtime.text import PieceByPiece
+
+FORMAT, VERSION = "keras_attn.text_generator", 1
+SETTINGS, TOKENIZER, BUNDLE = (
+    "generation.json",
+    "tokenizer.json",
+    "model.litertlm",
+)
+# A `.litertlm` file: its magic, and the block its sections start on.
+MAGIC, BLOCK = b"LITERTLM", 16 * 1024
+TOKENS, POSITIONS, LOGITS, DECODE = "tokens", "input_pos", "logits", "decode"
+OUTPUT = "completion"
+TEXT = {"text": ("string", [None])}
+
+
+def is_bundle_generator(folder):
+    """Whether `folder` holds a decoder-only folder with its bundle."""
+    return all(
+        os.path.isfile(os.path.join(folder, name))
+        for name in (SETTINGS, TOKENIZER, BUNDLE)
+    )
+
+
+def bundle_model(path):
+    """`(bytes, verified model object)` of the LiteRT model inside the
+    `.litertlm` bundle at `path`: the section that starts on a block and
+    carries LiteRT's identifier (what follows it is other sections, which
+    LiteRT does not read)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(MAGIC):
+        raise ValueError(
+            f"Not a .litertlm bundle (no {MAGIC.decode()} magic). "
+            f"Received: {path!r}"
+        )
+    for start in range(BLOCK, len(data) - 8, BLOCK):
+        if data[start + 4 : start + 8] == b"TFL3":
+            model_data = data[start:]
+            try:
+                return model_data, verify_model(model_data)
+            except ValueError as err:
+                raise ValueError(
+                    f"The LiteRT model in {path!r} is not valid ({err})"
+                ) from None
+    raise ValueError(f"No LiteRT model in the bundle {path!r}")
+
+
+def read_settings(folder):
+    path = os.path.join(folder, SETTINGS)
+    with open(path, encoding="utf-8") as f:
+        settings = json.load(f)
+    if not isinstance(settings, dict) or settings.get("format") != FORMAT:
+        raise ValueError(
+            f"Expected {path!r} to hold a {FORMAT} settings object."
+        )
+    if settings.get("version") != VERSION:
+        raise ValueError(
+            f"{path!r} is version {settings.get('version')!r} of {FORMAT}; "
+            f"this runtime reads version {VERSION}."
+        )
+    return settings
+
+
+def picker(sampling):
+    """`pick(logits (V,)) -> token`: the most likely token, or (a
+    `sampling` dict: `temperature`, `top_k`, `top_p`, `seed`) a draw by
+    the inverse CDF at a uniform number from NumPy's generator at `seed`,
+    one a token: the same seed gives the same continuation."""
+    if sampling is None:
+        return lambda logits: int(np.argmax(logits))
+    settings = (
+        sampling.get("temperature", 1.0),
+        sampling.get("top_k"),
+        sampling.get("top_p", 1.0),
+    )
+    rng = np.random.default_rng(sampling.get("seed"))
+
+    def pick(logits):
+        choose = sample_with(rng.random((1, 1), dtype="float32"), *settings)
+        return int(choose(logits[None], 0)[0])
+
+    return pick
+
+
+class _Copy:
+    """One copy of the bundle's model and its runners."""
+
+    def __init__(self, data, model, path, cpu_kernels):
+        from keras_attn_runtime.engine import LiteRTModel
+
+        self.litert = LiteRTModel(
+            data, model, path, cpu_kernels=cpu_kernels, interpreter=True
+        )
+        self.runners = {
+            k: self.litert.runner(k) for k in self.litert.signatures
+        }
+
+
+class BundleGenerator:
+    """A decoder-only folder's continuations from its `.litertlm` bundle.
+
+    Args:
+        folder: the folder (`generation.json`, `tokenizer.json`,
+            `model.litertlm`).
+        loops: the copies of the model that run calls side by side.
+            Defaults to the machine's cores.
+        cpu_kernels: as `keras_attn_runtime.engine.LiteRTModel` takes
+            them. Defaults to `"builtin"` (the same numbers every time).
+
+    As a served artifact (`keras_attn_runtime.opener.StreamingArtifact`):
+    `text` in, `completion` out, under TensorFlow Serving's default key
+    and `generate`; `stream` yields a completion's pieces.
+    """
+
+    kind = "litertlm"
+    concurrent_streams = True
+    sampling = True
+
+    def __init__(self, folder, loops=None, cpu_kernels="builtin"):
+        from tokenizers import Tokenizer
+
+        if loops is None:
+            loops = os.cpu_count() or 1
+        if isinstance(loops, bool) or not isinstance(loops, int) or loops < 1:
+            raise ValueError(
+                "Expected loops to be a positive integer. Received: "
+                f"loops={loops!r}"
+            )
+        self.path = folder
+        settings = read_settings(folder)
+        self.tokenizer = Tokenizer.from_file(os.path.join(folder, TOKENIZER))
+        self.context_length = settings["context_length"]
+        self.prefix = settings.get("prompt_prefix", "")
+        self.suffix = settings.get("prompt_suffix", "")
+        self.start_id = self._id(settings["start_token"])
+        self.stop_ids = {self._id(t) for t in settings["stop_tokens"]}
+        path = os.path.join(folder, BUNDLE)
+        data, model = bundle_model(path)
+        self._copies = queue.Queue()
+        for _ in range(loops):
+            self._copies.put(_Copy(data, model, path, cpu_kernels))
+        copy = self._copies.queue[0]
+        decode = copy.litert.signatures[DECODE]
+        self._caches = {
+            name: spec
+            for name, spec in decode["inputs"].items()
+            if name not in (TOKENS, POSITIONS)
+        }
+        self.prefill_lengths = sorted(
+            int(k.rsplit("_", 1)[1])
+            for k in copy.litert.signatures
+            if k.startswith("prefill_")
+        )
+        self.stream_capacity = None
+        io = Signature(TEXT, {OUTPUT: ("string", [None])})
+        self.signatures = {DEFAULT_SIGNATURE: io, "generate": io}
+
+    def _id(self, token):
+        found = self.tokenizer.token_to_id(token)
+        if found is None:
+            raise ValueError(
+                f"{self.path!r}: the token {token!r} of {SETTINGS} is not in "
+                f"its {TOKENIZER}"
+            )
+        return found
+
+    def prompt_ids(self, text):
+        """The ids the engine feeds for `text`: the start token, then the
+        prompt with its prefix and suffix."""
+        prompt = f"{self.prefix}{text}{self.suffix}"
+        ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids
+        return [self.start_id, *ids]
+
+    def check_prompt(self, text):
+        """A `PromptTooLong` for a prompt that leaves the model no room
+        to answer in its context."""
+        from keras_attn_runtime.opener import PromptTooLong
+
+        count, limit = len(self.prompt_ids(text)), self.context_length - 1
+        if count > limit:
+            raise PromptTooLong(limit, count, "tokens")
+
+    def _call(self, name, **feed):
+        copy = self._copies.get()
+        try:
+            return copy.runners[name](**feed)
+        finally:
+            self._copies.put(copy)
+
+    def _empty(self):
+        return {
+            name: np.zeros(spec["shape"], spec["dtype"])
+            for name, spec in self._caches.items()
+        }
+
+    def _prefill(self, ids):
+        """The caches after `ids` (a prompt but its last token), in chunks
+        of the prefill lengths, each padded with token 0 at position 0."""
+        caches, done = self._empty(), 0
+        while done < len(ids):
+            rest = len(ids) - done
+            fitting = [n for n in self.prefill_lengths if n >= rest]
+            n = min(fitting) if fitting else self.prefill_lengths[-1]
+            chunk = ids[done : done + n]
+            tokens = np.zeros((1, n), "int32")
+            positions = np.zeros((n,), "int32")
+            tokens[0, : len(chunk)] = chunk
+            positions[: len(chunk)] = np.arange(done, done + len(chunk))
+            out = self._call(
+                f"prefill_{n}", tokens=tokens, input_pos=positions, **caches
+            )
+            caches = {name: out[name] for name in caches}
+            done += len(chunk)
+        return caches
+
+    def token_ids(self, text, stop=None, sampling=None):
+        """Yield the continuation's ids one at a time (a stop token
+        ends it, left out), until the context is full or `stop` is set."""
+        self.check_prompt(text)
+        pick = picker(sampling)
+        ids = self.prompt_ids(text)
+        caches = self._prefill(ids[:-1])
+        token, position = ids[-1], len(ids) - 1
+        while position < self.context_length - 1:
+            if stop is not None and stop.is_set():
+                return
+            out = self._call(
+                DECODE,
+                tokens=np.array([[token]], "int32"),
+                input_pos=np.array([position], "int32"),
+                **caches,
+            )
+            caches = {name: out[name] for name in caches}
+            token = pick(out[LOGITS].reshape(-1))
+            position += 1
+            if token in self.stop_ids:
+                return
+            yield token
+
+    def stream(self, text, stop=None, sampling=None):
+        """The completion's pieces as its tokens are decided (special
+        tokens kept, as the engine keeps them)."""
+        new, out = [], PieceByPiece()
+        for token in self.token_ids(text, stop, sampling):
+            new.append(token)
+            piece = out.next(
+                self.tokenizer.decode(new, skip_special_tokens=False)
+            )
+            if piece:
+                yield piece
+
+    def generate(self, texts):
+        """The completion of each text, greedily."""
+        return [
+            self.tokenizer.decode(
+                list(self.token_ids(t)), skip_special_tokens=False
+            )
+            for t in texts
+        ]
+
+    def run(self, signature, inputs):
+        texts = [t.decode("utf-8", "replace") for t in inputs["text"]]
+        if not texts:
+            return self.signatures[signature].empty_outputs()
+        for text in texts:
+            self.check_prompt(text)
+        return {OUTPUT: np.array(self.generate(texts), dtype=object)}

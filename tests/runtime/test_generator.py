@@ -1,0 +1,175 @@
+"""A decoder-only folder run from its `.litertlm` bundle by the runtime
+(`keras_attn_runtime.generator`): no TensorFlow or Keras imported, the
+engine's prompt and prefill, streams that join into the answer, seeded
+samples that repeat alone and under load, and (slow) the answers of
+LiteRT-LM's own engine on the same bundle."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from tests.paths import ROOT
+
+pytest.importorskip("tokenizers")
+
+LM = os.path.join(ROOT, "saved_models", "translation_en_fr_lm")
+SENTENCES = ["I am tired.", "Where is the station?", "We have to leave now."]
+
+
+@pytest.fixture(scope="module")
+def generator():
+    from keras_attn_runtime.generator import BundleGenerator
+
+    return BundleGenerator(LM, loops=2)
+
+
+def test_the_shipped_folder_opens_as_its_bundle_without_tensorflow():
+    code = (
+        "import sys, numpy as np\n"
+        "from keras_attn_runtime import opener\n"
+        f"artifact = opener.open({LM!r})\n"
+        "out = artifact.run('generate', {'text': np.array([b'I am tired.'], "
+        "dtype=object)})\n"
+        "assert artifact.kind == 'litertlm', artifact.kind\n"
+        "assert opener.streams(artifact)\n"
+        "heavy = [m for m in ('tensorflow', 'keras') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "print(out['completion'][0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().startswith("Je suis fatigu")
+
+
+def test_a_stream_joins_into_the_answer_and_stops_when_asked(generator):
+    whole = generator.generate(SENTENCES)
+    for sentence, answer in zip(SENTENCES, whole, strict=True):
+        pieces = list(generator.stream(sentence))
+        assert "".join(pieces) == answer
+        assert len(pieces) >= len(answer.split())
+    stop = threading.Event()
+    stop.set()
+    assert list(generator.stream(SENTENCES[0], stop)) == []
+
+
+def test_a_seed_gives_the_same_sample_alone_and_under_load(generator):
+    sampling = {"temperature": 1.3, "top_p": 0.95, "seed": 11}
+    sentence = "We will go to the station tomorrow morning."
+    alone = "".join(generator.stream(sentence, sampling=sampling))
+    assert alone == "".join(generator.stream(sentence, sampling=sampling))
+    others = {
+        "".join(generator.stream(sentence, sampling={**sampling, "seed": s}))
+        for s in range(12, 20)
+    }
+    assert len(others | {alone}) > 1  # seeds matter
+    got = [None] * 6
+
+    def run(i):
+        got[i] = "".join(generator.stream(sentence, sampling=sampling))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [alone] * 6
+
+
+def test_streams_side_by_side_answer_as_alone(generator):
+    alone = generator.generate(SENTENCES)
+    got = [None] * len(SENTENCES)
+
+    def run(i):
+        got[i] = "".join(generator.stream(SENTENCES[i]))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == alone
+
+
+def test_a_prompt_past_the_window_is_refused_before_any_call(generator):
+    from keras_attn_runtime.opener import PromptTooLong
+
+    with pytest.raises(PromptTooLong, match="at most 127 tokens"):
+        list(generator.stream("word " * 200))
+    with pytest.raises(PromptTooLong):
+        generator.run("generate", {"text": np.array([b"a " * 300])})
+
+
+def test_files_that_are_not_bundles_are_refused_by_name(tmp_path):
+    from keras_attn_runtime.generator import BundleGenerator, bundle_model
+
+    text = tmp_path / "model.litertlm"
+    text.write_text("not a bundle")
+    with pytest.raises(ValueError, match="no LITERTLM magic"):
+        bundle_model(str(text))
+    text.write_bytes(b"LITERTLM" + bytes(40000))
+    with pytest.raises(ValueError, match="No LiteRT model"):
+        bundle_model(str(text))
+    with pytest.raises(ValueError, match="loops=0"):
+        BundleGenerator(LM, loops=0)
+
+
+def test_top_p_keeps_the_nucleus_and_top_k_the_best():
+    from keras_attn_runtime.search import sample_with
+
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
+    # A nucleus of 0.6 holds the two most likely tokens: every uniform
+    # number lands on one of them, in proportion 0.5 : 0.3.
+    u = np.linspace(0.0, 0.999, 200, dtype="float32")[:, None]
+    picked = [int(sample_with(x[None], top_p=0.6)(logits, 0)[0]) for x in u]
+    assert set(picked) == {0, 1}
+    assert abs(picked.count(0) / len(picked) - 0.5 / 0.8) < 0.02
+    assert {int(sample_with(x[None], top_k=1)(logits, 0)[0]) for x in u} == {0}
+    full = [int(sample_with(x[None])(logits, 0)[0]) for x in u]
+    assert set(full) == {0, 1, 2, 3}
+
+
+ENGINE = """
+import json, sys
+import litert_lm
+
+litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
+engine = litert_lm.Engine(
+    sys.argv[1], backend=litert_lm.Backend.CPU(), cache_dir=sys.argv[3]
+)
+out = []
+for sentence in json.loads(sys.argv[2]):
+    session = engine.create_session(apply_prompt_template=True)
+    session.run_prefill([sentence])
+    out.append("".join(r.texts[0] for r in session.run_decode_async()))
+    session.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_greedy_answers_are_litert_lms_on_the_same_bundle(generator, tmp_path):
+    import shutil
+
+    pytest.importorskip("litert_lm")
+    path = os.path.join(ROOT, "tests", "data", "everyday_sentences.txt")
+    with open(path, encoding="utf-8") as f:
+        sentences = [line.strip() for line in f if line.strip()][:40]
+    bundle = tmp_path / "model.litertlm"  # the engine writes a cache beside
+    shutil.copy(os.path.join(LM, "model.litertlm"), bundle)
+    done = subprocess.run(
+        [sys.executable, "-c", ENGINE, str(bundle), json.dumps(sentences)]
+        + [str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    engine = json.loads(done.stdout.strip().splitlines()[-1])
+    assert generator.generate(sentences) == engine
