@@ -173,3 +173,19 @@ def test_greedy_answers_are_litert_lms_on_the_same_bundle(generator, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     engine = json.loads(done.stdout.strip().splitlines()[-1])
     assert generator.generate(sentences) == engine
+
+
+def test_a_prompt_is_prefilled_in_the_chunks_that_cost_least():
+    from keras_attn_runtime.generator import CALL_COST, chunks
+
+    for count in range(0, 130):
+        got = chunks(count, [8, 32])
+        assert sum(got) >= count  # every token prefilled
+        assert sum(got[:-1]) < count or not got  # only the last padded
+        cost = sum(n + CALL_COST for n in got)
+        # No single length, nor eights alone, costs less.
+        for n in (8, 32):
+            calls = -(-count // n)
+            assert cost <= calls * (n + CALL_COST)
+    assert chunks(9, [8, 32]) == [8, 8]
+    assert chunks(20, [8, 32]) == [32]
