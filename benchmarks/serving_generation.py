@@ -8,7 +8,8 @@ theirs in LiteRT-LM's engine. Each request is one held-out sentence
 (`tests/data/everyday_sentences.txt`, in order). Closed loop: 1, 4 and
 16 clients, each sending its next sentence when its answer is done.
 Open loop: requests at Poisson arrival times, `--rate` a second for
-`--seconds`. Reported: streams a second, the time to the first token
+`--seconds`. Reported: streams a second (and requests a server failed:
+a refusal, a reset connection), the time to the first token
 (TTFT) and between tokens, p50 and p99, and how many answers equal the
 other server's answer for the same sentence.
 
@@ -128,7 +129,20 @@ def streamed(client, base, model, text):
     return "".join(pieces), first, list(np.diff(stamps))
 
 
+def attempt(client, base, model, text):
+    """`streamed`, or `None` where the server failed the request (a
+    refusal, a connection it reset)."""
+    import httpx
+
+    try:
+        return streamed(client, base, model, text)
+    except httpx.HTTPError:
+        return None
+
+
 def _summary(server, load, out, seconds):
+    failed = sum(o is None for o in out)
+    out = [o for o in out if o is not None]
     first = [o[1] for o in out if o[1] is not None]
     gaps = [g for o in out for g in o[2]]
 
@@ -139,6 +153,7 @@ def _summary(server, load, out, seconds):
         "server": server,
         "load": load,
         "streams": len(out),
+        "failed": failed,
         "streams_per_s": round(len(out) / seconds, 1),
         "ttft_p50_ms": ms(first, 50),
         "ttft_p99_ms": ms(first, 99),
@@ -161,7 +176,7 @@ def closed_loop(base, model, clients, texts):
                     i = next(turn, None)
                 if i is None:
                     return
-                out[i] = streamed(http, base, model, texts[i])
+                out[i] = attempt(http, base, model, texts[i])
 
     begin = time.perf_counter()
     threads = [threading.Thread(target=client) for _ in range(clients)]
@@ -186,7 +201,7 @@ def open_loop(base, model, rate, seconds, texts, seed=0):
         delay = begin + arrivals[i] - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
-        return streamed(http, base, model, texts[i % len(texts)])
+        return attempt(http, base, model, texts[i % len(texts)])
 
     with concurrent.futures.ThreadPoolExecutor(len(arrivals)) as pool:
         begin = time.perf_counter()
@@ -221,7 +236,11 @@ def main(argv=None):
                 for name, (_, base, model) in servers.items():
                     out, took = closed_loop(base, model, clients, batch)
                     answers.setdefault(name, {}).update(
-                        {t: o[0] for t, o in zip(batch, out, strict=True)}
+                        {
+                            t: o[0]
+                            for t, o in zip(batch, out, strict=True)
+                            if o is not None
+                        }
                     )
                     rows.append(_summary(name, f"{clients} clients", out, took))
                     print(json.dumps(rows[-1]), flush=True)
@@ -237,7 +256,8 @@ def main(argv=None):
                 proc.terminate()
                 proc.wait(30)
     ours, theirs = answers["keras-attn serve"], answers["litert-lm serve"]
-    same = sum(ours[t] == theirs[t] for t in ours)
+    both = [t for t in ours if t in theirs]
+    same = sum(ours[t] == theirs[t] for t in both)
     out = results.save(
         os.path.join(results.RESULTS, "serving_generation.json"),
         results.meta(
@@ -247,9 +267,9 @@ def main(argv=None):
             ai_edge_litert=_version("ai-edge-litert"),
         ),
         rows,
-        answers_equal=f"{same} of {len(ours)}",
+        answers_equal=f"{same} of {len(both)}",
     )
-    print("answers equal:", same, "of", len(ours))
+    print("answers equal:", same, "of", len(both))
     print("wrote", out)
 
 
