@@ -623,7 +623,7 @@ def test_a_seeded_sample_through_openais_client_is_the_same_every_time(
 @pytest.mark.slow
 def test_the_curl_example_in_the_docs_streams_the_translation(lm_client):
     # docs/serving.md's `curl -N` example, run as written against this
-    # server's port: its events join to the Keras model's answer.
+    # server's port: its events join to the folder's answer.
     import shutil
     import subprocess
 
