@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from keras_attn_runtime.search import BeamSearch, banned, greedy
+from keras_attn_runtime.search import BeamSearch, banned, greedy, is_end
 
 _END = object()
 
@@ -264,7 +264,7 @@ class _Request:
                 self.rows.append(alignment[0])
             rows = np.stack(self.rows) if self.rows else None
             self.out.put((list(self.ids), rows))
-            self._finish(token == self.end_id or last)
+            self._finish(bool(is_end(token, self.end_id)) or last)
             return None
         kept, self.tokens = self.search.advance(logits, alignment)
         n = len(self.search.settled()[0])

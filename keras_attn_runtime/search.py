@@ -12,6 +12,12 @@ import numpy as np
 NEG_INF = -1e9
 
 
+def is_end(tokens, end_id):
+    """Whether each of `tokens` ends a sequence: `end_id` is one token or
+    a list of them, as Keras's samplers take `end_token_id`."""
+    return np.isin(tokens, np.asarray(end_id, "int64").reshape(-1))
+
+
 def greedy(logits, step):
     """The most likely token of each row."""
     return np.argmax(logits, axis=-1).astype("int32")
@@ -108,7 +114,7 @@ class BeamSearch:
     Args:
         batch: the examples `B`; the decoder runs `B · beam_width` rows,
             example `b`'s beams at rows `b·K ... b·K + K - 1`.
-        end_id: the token that ends a hypothesis.
+        end_id: the token that ends a hypothesis, or a list of them.
         beam_width: hypotheses kept per example. Defaults to `4`.
         length_penalty: GNMT `α`. Defaults to `0.6`.
         coverage_penalty: GNMT `β` (needs the decoder's alignment).
@@ -191,7 +197,7 @@ class BeamSearch:
         self.scores = np.take_along_axis(total.reshape(batch, -1), top, 1)
         self.lengths = np.take_along_axis(new_len.reshape(batch, -1), top, 1)
         token = token.reshape(-1)
-        self.done = self.done[kept] | (token == self.end_id)
+        self.done = self.done[kept] | is_end(token, self.end_id)
         if coverage is not None:
             self.coverage = coverage[kept]
             step = np.asarray(alignment, "float32")[kept][:, None]

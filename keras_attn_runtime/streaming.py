@@ -29,7 +29,13 @@ from keras_attn_runtime.artifact import (
     metadata,
 )
 from keras_attn_runtime.engine import LiteRTModel
-from keras_attn_runtime.search import BeamSearch, banned, greedy, sample_with
+from keras_attn_runtime.search import (
+    BeamSearch,
+    banned,
+    greedy,
+    is_end,
+    sample_with,
+)
 
 __all__ = ["StreamingDecoder", "greedy", "sample_with"]
 
@@ -119,8 +125,9 @@ class StreamingDecoder:
         self, inputs, start_id, end_id, max_length, choose=greedy, banned_ids=()
     ):
         """Yield each step's tokens `(B,)` until every row has emitted
-        `end_id` or `max_length` steps were taken (`start_id`: the token
-        each row starts after, one id or `(B,)`, e.g. a prompt's last); a
+        `end_id` (a token, or a list of them) or `max_length` steps were
+        taken (`start_id`: the token each row starts after, one id or
+        `(B,)`, e.g. a prompt's last); a
         finished row gives 0 after its `end_id`, and padding (0) and
         `banned_ids` are never chosen, as in the searches of
         `keras_attn.seq2seq`."""
@@ -146,7 +153,7 @@ class StreamingDecoder:
             logits = banned(logits, banned_ids)
             tokens = np.where(done, 0, choose(logits, index)).astype("int32")
             yield tokens[:rows], None if alignment is None else alignment[:rows]
-            done |= tokens == end_id
+            done |= is_end(tokens, end_id)
             if done.all():
                 return
 
@@ -307,6 +314,7 @@ def _per_row(start_id, rows):
 
 
 def _length(ids, end_id):
-    """The tokens of `ids` up to its first `end_id`, included."""
-    ends = np.flatnonzero(ids == end_id)
+    """The tokens of `ids` up to its first end (`end_id`: one token or a
+    list), included."""
+    ends = np.flatnonzero(is_end(ids, end_id))
     return int(ends[0]) + 1 if len(ends) else int(np.count_nonzero(ids))

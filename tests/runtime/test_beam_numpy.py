@@ -112,3 +112,21 @@ def test_top_k_is_a_stable_sort_of_the_row():
     for k in (1, 3, 7):
         want = np.argsort(-x, axis=-1, kind="stable")[:, :k]
         np.testing.assert_array_equal(top_k(x, k), want)
+
+
+def test_end_ids_are_a_list_as_kerass_samplers_take_them():
+    from keras_attn_runtime.search import is_end
+
+    assert is_end(np.array([3, 4, 5]), [4, 5]).tolist() == [False, True, True]
+    assert is_end(np.array([3, 4]), 4).tolist() == [False, True]
+    # Either end token finishes a hypothesis: the two beams take one
+    # each, and both are done.
+    search = BeamSearch(1, [6, 7], beam_width=2)
+    logits = np.full((2, 9), -5.0, "float32")
+    logits[:, 6], logits[:, 7] = 5.0, 4.0
+    search.advance(logits)
+    assert sorted(search.emitted[:, -1].tolist()) == [6, 7]
+    assert search.done.all()
+    alone = BeamSearch(1, 6, beam_width=2)
+    alone.advance(logits)
+    assert alone.done.tolist().count(True) == 1  # 7 ends nothing there
