@@ -170,7 +170,14 @@ class BundleGenerator:
     sampling = True
 
     def __init__(self, folder, loops=None, cpu_kernels="builtin"):
-        from tokenizers import Tokenizer
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise ImportError(
+                f"{folder!r} is a decoder-only folder, whose {TOKENIZER} "
+                "needs Hugging Face's tokenizers: pip install "
+                "'keras-attn-runtime[generator]' (or tokenizers)"
+            ) from None
 
         if loops is None:
             loops = os.cpu_count() or 1

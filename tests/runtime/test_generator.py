@@ -189,3 +189,11 @@ def test_a_prompt_is_prefilled_in_the_chunks_that_cost_least():
             assert cost <= calls * (n + CALL_COST)
     assert chunks(9, [8, 32]) == [8, 8]
     assert chunks(20, [8, 32]) == [32]
+
+
+def test_without_tokenizers_the_folder_says_what_to_install(monkeypatch):
+    from keras_attn_runtime.generator import BundleGenerator
+
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    with pytest.raises(ImportError, match=r"keras-attn-runtime\[generator\]"):
+        BundleGenerator(LM)
