@@ -29,7 +29,11 @@ import numpy as np
 
 from keras_attn_runtime.artifact import verify_model
 from keras_attn_runtime.search import sample_with
-from keras_attn_runtime.signature import DEFAULT_SIGNATURE, Signature
+from keras_attn_runtime.signature import (
+    DEFAULT_SIGNATURE,
+    PromptTooLong,
+    Signature,
+)
 from keras_attn_runtime.text import PieceByPiece
 
 FORMAT, VERSION = "keras_attn.text_generator", 1
@@ -234,8 +238,6 @@ class BundleGenerator:
     def check_prompt(self, text):
         """A `PromptTooLong` for a prompt that leaves the model no room
         to answer in its context."""
-        from keras_attn_runtime.opener import PromptTooLong
-
         count, limit = len(self.prompt_ids(text)), self.context_length - 1
         if count > limit:
             raise PromptTooLong(limit, count, "tokens")

@@ -38,7 +38,11 @@ from keras_attn_runtime.artifact import (
     load_verified,
     metadata,
 )
-from keras_attn_runtime.signature import DEFAULT_SIGNATURE, Signature
+from keras_attn_runtime.signature import (  # noqa: F401 (PromptTooLong)
+    DEFAULT_SIGNATURE,
+    PromptTooLong,
+    Signature,
+)
 
 KINDS = ("saved_model", "keras", "litert", "onnx")
 # The kinds this runtime does not open itself, and their loaders
@@ -109,19 +113,6 @@ class StreamingArtifact(Protocol):
 def streams(artifact):
     """Whether `artifact` streams its answers (`StreamingArtifact`)."""
     return isinstance(artifact, StreamingArtifact)
-
-
-class PromptTooLong(ValueError):
-    """A text longer than the model reads at once (its window): the
-    client's error, not the model's. `limit` and `received` count the
-    model's `unit` (words, subword tokens, tokens)."""
-
-    def __init__(self, limit, received, unit, per=""):
-        self.limit, self.received, self.unit = limit, received, unit
-        super().__init__(
-            f"Expected a text of at most {limit} {unit}{per} (the model's "
-            f"window). Received: {received} {unit}"
-        )
 
 
 def is_saved_model(folder):

@@ -4,6 +4,8 @@ that reads a model file to every protocol that serves it.
 A `Signature`'s `inputs` and `outputs` map tensor names to `(dtype,
 shape)`: NumPy dtype names (`"string"` for text) and shapes with `None`
 for sizes known only at run time (`None` for an unknown rank).
+`PromptTooLong` is the one refusal of a text past a model's window
+(`keras_attn_runtime.opener` names it too).
 """
 
 import numpy as np
@@ -82,3 +84,16 @@ def _cut_padding(array, axis):
     used = np.flatnonzero(filled.any(axis=others)) if array.size else []
     width = int(used[-1]) + 1 if len(used) else 0
     return np.take(array, np.arange(width), axis=axis)
+
+
+class PromptTooLong(ValueError):
+    """A text longer than the model reads at once (its window): the
+    client's error, not the model's. `limit` and `received` count the
+    model's `unit` (words, subword tokens, tokens)."""
+
+    def __init__(self, limit, received, unit, per=""):
+        self.limit, self.received, self.unit = limit, received, unit
+        super().__init__(
+            f"Expected a text of at most {limit} {unit}{per} (the model's "
+            f"window). Received: {received} {unit}"
+        )
