@@ -120,6 +120,13 @@ def predict(args):
 def scorer(path, args):
     """`score(texts) -> (probabilities, known-word counts)` for the
     artifact at `path` (`open_model`), loaded once."""
+    if path.endswith(".litertlm"):
+        raise ValueError(
+            "Expected a classifier (`keras-attn predict` scores texts). "
+            f"Received: artifact={path!r}, a decoder-only model's bundle: "
+            "translate with it (`keras-attn translate --model FOLDER`) or "
+            "serve it (`keras-attn serve FOLDER`)"
+        )
     if path.endswith((".tflite", ".onnx")):
         artifact = open_model(
             path,

@@ -701,3 +701,11 @@ def test_an_onnx_classifier_is_served_and_predicted_alike(tmp_path):
     probs, known = scorer(path, args)(texts)
     np.testing.assert_array_equal(probs, out["probability"][:, 0])
     assert known == [2, 0, 3]
+
+
+def test_predict_on_a_decoder_only_folder_points_to_translate(capsys):
+    # The folder opens as its bundle, which `predict` cannot score: the
+    # refusal names it and the commands that can use it.
+    code, _, err = cli(capsys, "predict", "translation_en_fr_lm", "Hi.")
+    assert_clean_error(code, err, "keras-attn translate --model")
+    assert "model.litertlm" in err
