@@ -82,6 +82,9 @@ def bundle_model(path):
 
 
 def read_settings(folder):
+    """The folder's `generation.json` settings (without `format` and
+    `version`), checked: the format this runtime and `keras_attn`'s
+    `TextGenerator` write and read."""
     path = os.path.join(folder, SETTINGS)
     with open(path, encoding="utf-8") as f:
         settings = json.load(f)
@@ -92,9 +95,29 @@ def read_settings(folder):
     if settings.get("version") != VERSION:
         raise ValueError(
             f"{path!r} is version {settings.get('version')!r} of {FORMAT}; "
-            f"this runtime reads version {VERSION}."
+            f"this version reads version {VERSION}."
         )
-    return settings
+    return {k: v for k, v in settings.items() if k not in ("format", "version")}
+
+
+def prompt_ids(tokenizer, start_id, prefix, suffix, text):
+    """The ids LiteRT-LM's engine feeds for `text`: the start token, then
+    the prompt between `prefix` and `suffix` (a `tokenizers.Tokenizer`'s
+    ids, no special tokens added)."""
+    prompt = f"{prefix}{text}{suffix}"
+    return [start_id, *tokenizer.encode(prompt, add_special_tokens=False).ids]
+
+
+def text_pieces(tokenizer, token_ids):
+    """Yield the text each id of `token_ids` adds to the text decoded so
+    far (special tokens kept, as the engine keeps them; a piece that may
+    still change waits, `PieceByPiece`)."""
+    new, out = [], PieceByPiece()
+    for token in token_ids:
+        new.append(token)
+        piece = out.next(tokenizer.decode(new, skip_special_tokens=False))
+        if piece:
+            yield piece
 
 
 def picker(sampling):
@@ -229,11 +252,10 @@ class BundleGenerator:
         return found
 
     def prompt_ids(self, text):
-        """The ids the engine feeds for `text`: the start token, then the
-        prompt with its prefix and suffix."""
-        prompt = f"{self.prefix}{text}{self.suffix}"
-        ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids
-        return [self.start_id, *ids]
+        """The ids the engine feeds for `text` (`prompt_ids`)."""
+        return prompt_ids(
+            self.tokenizer, self.start_id, self.prefix, self.suffix, text
+        )
 
     def check_prompt(self, text):
         """A `PromptTooLong` for a prompt that leaves the model no room
@@ -298,16 +320,10 @@ class BundleGenerator:
             yield token
 
     def stream(self, text, stop=None, sampling=None):
-        """The completion's pieces as its tokens are decided (special
-        tokens kept, as the engine keeps them)."""
-        new, out = [], PieceByPiece()
-        for token in self.token_ids(text, stop, sampling):
-            new.append(token)
-            piece = out.next(
-                self.tokenizer.decode(new, skip_special_tokens=False)
-            )
-            if piece:
-                yield piece
+        """The completion's pieces as its tokens are decided
+        (`text_pieces`)."""
+        ids = self.token_ids(text, stop, sampling)
+        return text_pieces(self.tokenizer, ids)
 
     def generate(self, texts):
         """The completion of each text, greedily."""

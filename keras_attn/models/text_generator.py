@@ -14,11 +14,16 @@ The folder (format `keras_attn.text_generator`, version 1):
 import json
 import os
 
-from keras_attn_runtime.text import PieceByPiece
+from keras_attn_runtime import generator as folder_format
+from keras_attn_runtime.generator import (  # noqa: F401 (the format's names)
+    BUNDLE,
+    FORMAT,
+    SETTINGS,
+    TOKENIZER,
+    VERSION,
+)
 
-FORMAT, VERSION = "keras_attn.text_generator", 1
-SETTINGS = "generation.json"
-MODEL, TOKENIZER, BUNDLE = "model.keras", "tokenizer.json", "model.litertlm"
+MODEL = "model.keras"
 
 
 def is_text_generator(folder):
@@ -159,9 +164,13 @@ class TextGenerator:
         """The ids the engine feeds for `text`: start token, then the
         prompt with its prefix and suffix (a `ValueError` when they leave
         no room in the context, unless `check=False`)."""
-        prompt = f"{self.prompt_prefix}{text}{self.prompt_suffix}"
-        ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids
-        ids = [self.tokenizer.token_to_id(self.start_token), *ids]
+        ids = folder_format.prompt_ids(
+            self.tokenizer,
+            self.tokenizer.token_to_id(self.start_token),
+            self.prompt_prefix,
+            self.prompt_suffix,
+            text,
+        )
         if check and len(ids) >= self.context_length:
             raise ValueError(
                 f"Expected prompts of fewer than {self.context_length} "
@@ -211,6 +220,13 @@ class TextGenerator:
         `top_k_cut`, `nucleus` and `inverse_cdf`), the uniform numbers
         from NumPy's generator at `seed`: the same seed gives the same
         text."""
+        return folder_format.text_pieces(
+            self.tokenizer, self._token_ids(text, stop, sampling)
+        )
+
+    def _token_ids(self, text, stop, sampling):
+        """Yield the continuation's ids one at a time (a stop token ends
+        it, left out), until the context is full or `stop` is set."""
         from keras import ops
 
         pick = greedy_pick if sampling is None else sampling.picker()
@@ -219,8 +235,7 @@ class TextGenerator:
         cache = self.model.empty_cache(1, self.context_length)
         prompt = ops.convert_to_tensor([ids], "int32")
         _, cache = self.model.call_with_cache(prompt[:, :-1], cache, 0)
-        token, position, new = ids[-1], len(ids) - 1, []
-        out = PieceByPiece()
+        token, position = ids[-1], len(ids) - 1
         while position < self.context_length - 1:
             if stop is not None and stop.is_set():
                 return
@@ -231,12 +246,7 @@ class TextGenerator:
             position += 1
             if token in stops:
                 return
-            new.append(token)
-            piece = out.next(
-                self.tokenizer.decode(new, skip_special_tokens=False)
-            )
-            if piece:
-                yield piece
+            yield token
 
     def export_litertlm(self, path, **kwargs):
         """`keras_attn.export.export_litertlm` of the model with this
@@ -270,19 +280,7 @@ class TextGenerator:
         import keras
         from tokenizers import Tokenizer
 
-        path = os.path.join(folder, SETTINGS)
-        with open(path, encoding="utf-8") as f:
-            settings = json.load(f)
-        if not isinstance(settings, dict) or settings.get("format") != FORMAT:
-            raise ValueError(
-                f"Expected {path!r} to hold a {FORMAT} settings object."
-            )
-        if settings.get("version") != VERSION:
-            raise ValueError(
-                f"{path!r} is version {settings.get('version')!r} of "
-                f"{FORMAT}; this keras_attn reads version {VERSION}."
-            )
-        del settings["format"], settings["version"]
+        settings = folder_format.read_settings(folder)
         model = keras.models.load_model(os.path.join(folder, MODEL))
         tokenizer = Tokenizer.from_file(os.path.join(folder, TOKENIZER))
         return cls(model, tokenizer, **settings)
