@@ -31,7 +31,12 @@ import time
 import numpy as np
 
 from benchmarks import results
-from benchmarks.litertlm_engine import CONTEXT, SHAPE, _version
+from benchmarks.litertlm_engine import (
+    CONTEXT,
+    SHAPE,
+    _version,
+    random_generator,
+)
 
 PROMPT, NEW = 12, 24
 CLIENTS = (1, 4, 16)
@@ -40,20 +45,11 @@ CLIENTS = (1, 4, 16)
 def build(folder):
     """The model's streaming file (rows at their own positions) and its
     `.litertlm` bundle, under `folder`."""
-    import keras
     import tensorflow as tf
 
     from keras_attn.export import cached_decoder, export_streaming_tflite
-    from keras_attn.models import CausalLM, TextGenerator
-    from keras_attn.translation.tokenizer_json import wordpiece_tokenizer
 
-    keras.utils.set_random_seed(0)
-    model = CausalLM(**SHAPE)
-    model(np.ones((1, 4), "int32"))
-    words = ["[PAD]", "[UNK]", "[start]", "[end]"]
-    words += [f"w{i}" for i in range(len(words), SHAPE["vocabulary_size"])]
-    tokenizer = wordpiece_tokenizer(words, special_tokens=words[2:4])
-    generator = TextGenerator(model, tokenizer, "[start]", ["[end]"], CONTEXT)
+    model, generator = random_generator()
     generator.export_litertlm(
         os.path.join(folder, "model.litertlm"),
         prefill_lengths=(8, 32),

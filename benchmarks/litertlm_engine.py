@@ -44,11 +44,11 @@ SHAPE = dict(
 CONTEXT = 128
 
 
-def build(folder):
-    """The model, its bundle and its streaming file, under `folder`."""
+def random_generator():
+    """`(model, TextGenerator)`: the model of `SHAPE` with seeded random
+    weights and a word-per-token tokenizer (`[start]` 2, `[end]` 3)."""
     import keras
 
-    from keras_attn.export import export_streaming_tflite
     from keras_attn.models import CausalLM, TextGenerator
     from keras_attn.translation.tokenizer_json import wordpiece_tokenizer
 
@@ -59,6 +59,14 @@ def build(folder):
     words += [f"w{i}" for i in range(len(words), SHAPE["vocabulary_size"])]
     tokenizer = wordpiece_tokenizer(words, special_tokens=words[2:4])
     generator = TextGenerator(model, tokenizer, "[start]", ["[end]"], CONTEXT)
+    return model, generator
+
+
+def build(folder):
+    """The model, its bundle and its streaming file, under `folder`."""
+    from keras_attn.export import export_streaming_tflite
+
+    model, generator = random_generator()
     generator.export_litertlm(
         os.path.join(folder, "model.litertlm"),
         prefill_lengths=(8, PREFILL),

@@ -24,7 +24,6 @@ import concurrent.futures
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import time
 import numpy as np
 
 from benchmarks import results
+from tests.serving.test_serve import free_port, start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = "translation_en_fr_lm"
@@ -45,12 +45,6 @@ def sentences():
     path = os.path.join(ROOT, "tests", "data", "everyday_sentences.txt")
     with open(path, encoding="utf-8") as f:
         return [line.strip() for line in f if line.strip()]
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_for(url, proc, seconds=240):
@@ -69,16 +63,10 @@ def wait_for(url, proc, seconds=240):
     raise RuntimeError(f"no answer from {url}")
 
 
-def start_ours(log):
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "keras_attn_cli", "serve", NAME]
-        + ["--port", str(port), "--grpc-port", "0"],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    wait_for(f"http://127.0.0.1:{port}/v2/health/ready", proc)
+def start_ours():
+    """`keras-attn serve NAME` (as the serving tests start it), once it
+    answers."""
+    proc, port = start(NAME, "--grpc-port", "0")
     return proc, f"http://127.0.0.1:{port}/openai/v1", NAME
 
 
@@ -224,7 +212,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as home:
         log = open(os.path.join(home, "servers.log"), "w")  # noqa: SIM115
         servers = {
-            "keras-attn serve": start_ours(log),
+            "keras-attn serve": start_ours(),
             "litert-lm serve": start_theirs(home, log),
         }
         try:
