@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from keras_attn_runtime.search import BeamSearch, banned, greedy, is_end
+from keras_attn_runtime.search import BeamSearch, Handover, TokenSearch
 
 _END = object()
 
@@ -232,7 +232,7 @@ class _Request:
         self.banned_ids = tuple(config.get("banned_ids", ()))
         beam = config.get("search") == "beam" and not greedy_search
         self.width = config["beam_width"] if beam else 1
-        self.search = None
+        self.search = TokenSearch(1, self.end_id, banned_ids=self.banned_ids)
         if beam:  # the mask spans the state's source positions
             widest, _ = decoder.padded(inputs, widest=True)
             source = next(iter(widest.values()))
@@ -245,44 +245,25 @@ class _Request:
                 source_mask=source[:1] != 0,
                 banned_ids=self.banned_ids,
             )
+        self.handover = Handover(self.search)
         first = config["start_id"] if first_token is None else first_token
         self.tokens = np.full((self.width,), first, "int32")
         self.out, self.base, self.index = queue.Queue(), 0, 0
-        self.ids, self.rows, self.settled = [], [], 0
         self.finished = self.cancelled = False
 
     def advance(self, logits, alignment):
-        """One step's `logits (width, V)`: the next tokens, handed to the
-        caller; returns the beams' reordering (`None` for greedy)."""
+        """One step's `logits (width, V)`: the next tokens, and what the
+        search decided handed to the caller (`Handover`); returns the
+        rows' reordering (`None`: as they are)."""
         self.index += 1
-        last = self.index == self.max_length
-        if self.search is None:
-            token = int(greedy(banned(logits, self.banned_ids), 0)[0])
-            self.tokens[:] = token
-            self.ids.append(token)
-            if alignment is not None:
-                self.rows.append(alignment[0])
-            rows = np.stack(self.rows) if self.rows else None
-            self.out.put((list(self.ids), rows))
-            self._finish(bool(is_end(token, self.end_id)) or last)
-            return None
         kept, self.tokens = self.search.advance(logits, alignment)
-        n = len(self.search.settled()[0])
-        if n > self.settled:  # handed over when the beams agree on more
-            self.settled = n
-            aligned = self.search.aligned
-            aligned = None if aligned is None else aligned[0, :n]
-            self.out.put((self.search.emitted[0, :n].tolist(), aligned))
-        if self.search.done.all() or last:
-            ids, _, align = self.search.best()
-            self.out.put((ids[0].tolist(), None if align is None else align[0]))
-            self._finish(True)
-        return kept
-
-    def _finish(self, done):
-        if done:
+        (decided,) = self.handover.take(last=self.index == self.max_length)
+        if decided is not None:
+            self.out.put(decided)
+        if self.handover.finished:
             self.finished = True
             self.out.put(_END)
+        return kept
 
 
 class Loops:

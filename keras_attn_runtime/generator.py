@@ -28,7 +28,7 @@ import queue
 import numpy as np
 
 from keras_attn_runtime.artifact import verify_model
-from keras_attn_runtime.search import sample_with
+from keras_attn_runtime.search import TokenSearch, greedy, sample_with
 from keras_attn_runtime.signature import (
     DEFAULT_SIGNATURE,
     PromptTooLong,
@@ -120,13 +120,13 @@ def text_pieces(tokenizer, token_ids):
             yield piece
 
 
-def picker(sampling):
-    """`pick(logits (V,)) -> token`: the most likely token, or (a
-    `sampling` dict: `temperature`, `top_k`, `top_p`, `seed`) a draw by
-    the inverse CDF at a uniform number from NumPy's generator at `seed`,
-    one a token: the same seed gives the same continuation."""
+def chooser(sampling):
+    """A search's `choose(logits (1, V), step)`: the most likely token,
+    or (a `sampling` dict: `temperature`, `top_k`, `top_p`, `seed`) a
+    draw by the inverse CDF at a uniform number from NumPy's generator
+    at `seed`, one a token: the same seed gives the same continuation."""
     if sampling is None:
-        return lambda logits: int(np.argmax(logits))
+        return greedy
     settings = (
         sampling.get("temperature", 1.0),
         sampling.get("top_k"),
@@ -134,11 +134,11 @@ def picker(sampling):
     )
     rng = np.random.default_rng(sampling.get("seed"))
 
-    def pick(logits):
-        choose = sample_with(rng.random((1, 1), dtype="float32"), *settings)
-        return int(choose(logits[None], 0)[0])
+    def choose(logits, step):
+        uniforms = rng.random((1, len(logits)), dtype="float32")
+        return sample_with(uniforms, *settings)(logits, 0)
 
-    return pick
+    return choose
 
 
 # What a call costs beyond its tokens, in tokens: a prefill call of 8
@@ -299,7 +299,10 @@ class BundleGenerator:
         """Yield the continuation's ids one at a time (a stop token
         ends it, left out), until the context is full or `stop` is set."""
         self.check_prompt(text)
-        pick = picker(sampling)
+        # The logits as they come (nothing banned), as the engine reads
+        # them; a stop token ends the search.
+        stops = sorted(self.stop_ids)
+        search = TokenSearch(1, stops, chooser(sampling), banned_ids=None)
         ids = self.prompt_ids(text)
         caches = self._prefill(ids[:-1])
         token, position = ids[-1], len(ids) - 1
@@ -313,11 +316,11 @@ class BundleGenerator:
                 **caches,
             )
             caches = {name: out[name] for name in caches}
-            token = pick(out[LOGITS].reshape(-1))
+            _, (token,) = search.advance(out[LOGITS].reshape(1, -1))
             position += 1
-            if token in self.stop_ids:
+            if search.done.all():
                 return
-            yield token
+            yield int(token)
 
     def stream(self, text, stop=None, sampling=None):
         """The completion's pieces as its tokens are decided

@@ -5,6 +5,21 @@ Each follows the conventions of `keras_attn.seq2seq`'s samplers, so a
 file run here decodes as the Keras model does: padding (0) and the banned
 ids are never chosen (their logits at -1e9), a finished row gives 0, and
 `BeamSearch` ranks hypotheses as `BeamSampler` does with its defaults.
+
+Every decode loop of the runtime (`StreamingDecoder`, the shared loops of
+`keras_attn_runtime.batching`, the translator, the decoder-only bundle)
+drives a search through one interface, whatever the search:
+
+- `advance(logits, alignment=None)`: one step; returns `(kept, tokens)`,
+  the rows the decoder's state must be reordered by (`None`: as they
+  are) and each row's next token;
+- `done`: the finished rows; `emitted`, `aligned`: each row so far;
+- `settled()`: each example's tokens that no later step can change;
+- `best()`: each example's answer, its score and its alignment.
+
+`TokenSearch` is greedy search or sampling (one row an example),
+`BeamSearch` beam search; `Handover` hands each example's tokens over
+once they are decided (`decided`).
 """
 
 import numpy as np
@@ -91,6 +106,119 @@ def top_k(x, k):
         chosen = np.concatenate([above, tied])
         out[row] = chosen[np.lexsort((chosen, -values[chosen]))]
     return out
+
+
+class TokenSearch:
+    """Greedy search, or a draw a step (`choose`: `sample_with`'s), one
+    row an example, in the interface every loop drives (see the module).
+
+    Args:
+        batch: the examples (rows) `B`.
+        end_id: the token that ends a row, or a list of them.
+        choose: `choose(logits (B, V), step) -> (B,)` tokens. Defaults to
+            `greedy`.
+        banned_ids: tokens never chosen, besides padding (0). `None`:
+            the logits as they come, nothing banned (as LiteRT-LM's
+            engine reads a bundle's). Defaults to `()`.
+
+    Attributes:
+        emitted: `(B, steps)` int32, each row's tokens (0 after its end).
+        aligned: `(B, steps, S)` float32 (`None` when the decoder gives
+            no alignment).
+        score: `(B,)`, each row's log-probability so far.
+        done: `(B,)`, the finished rows.
+    """
+
+    k = 1
+
+    def __init__(self, batch, end_id, choose=greedy, banned_ids=()):
+        self.end_id, self.choose = end_id, choose
+        self.banned_ids = None if banned_ids is None else tuple(banned_ids)
+        self.done = np.zeros((batch,), bool)
+        self.emitted = np.zeros((batch, 0), "int32")
+        self.score = np.zeros((batch,), "float32")
+        self.aligned = None
+
+    def advance(self, logits, alignment=None):
+        """One step: `(None, tokens (B,))`; a finished row gives 0."""
+        if self.banned_ids is not None:
+            logits = banned(logits, self.banned_ids)
+        picked = self.choose(logits, self.emitted.shape[1])
+        tokens = np.where(self.done, 0, picked).astype("int32")
+        rows = np.arange(len(tokens))
+        logp = log_softmax(np.asarray(logits, "float32"))[rows, tokens]
+        self.score = self.score + np.where(self.done, 0, logp)
+        self.done = self.done | is_end(tokens, self.end_id)
+        self.emitted = np.concatenate([self.emitted, tokens[:, None]], 1)
+        if alignment is not None:
+            step = np.asarray(alignment, "float32")[:, None]
+            before = step[:, :0] if self.aligned is None else self.aligned
+            self.aligned = np.concatenate([before, step], axis=1)
+        return None, tokens
+
+    def settled(self):
+        """Every row's tokens: a chosen token is never taken back."""
+        return list(self.emitted)
+
+    def best(self):
+        """`(ids (B, steps), score (B,), alignment or None)`."""
+        return self.emitted, self.score, self.aligned
+
+
+def up_to_end(ids, end_id):
+    """How many of `ids` (a row) count: up to its first end (`end_id`: a
+    token or a list), included, else up to its padding."""
+    ends = np.flatnonzero(is_end(ids, end_id))
+    return int(ends[0]) + 1 if len(ends) else int(np.count_nonzero(ids))
+
+
+def decided(search, last=False):
+    """Each example's `(ids, alignment (n, S) or None)` that `search`
+    (a `TokenSearch` or a `BeamSearch`) has decided: the tokens its
+    hypotheses all hold (`settled`), or, once every row is done or at
+    the `last` step, its best hypothesis; up to its end, included."""
+    if last or search.done.all():
+        ids, _, aligned = search.best()
+        rows = range(len(ids))
+    else:
+        ids, aligned = search.settled(), search.aligned
+        rows = range(0, len(search.done), search.k)  # each example's first
+    out = []
+    for example, row in enumerate(rows):
+        n = up_to_end(ids[example], search.end_id)
+        align = None if aligned is None else aligned[row, :n]
+        out.append((ids[example][:n].tolist(), align))
+    return out
+
+
+class Handover:
+    """Hands over each example's decided tokens (`decided`) once: after
+    each step, `take(last)` gives, per example, its `(ids, alignment)`
+    when they grew since the last take, or the final answer once (when
+    the search is done or at its `last` step); else `None`. `ids` is
+    everything decided so far: what was taken before begins it.
+
+    Attributes:
+        sent: per example, the tokens taken so far.
+        finished: whether the final answers were taken.
+    """
+
+    def __init__(self, search):
+        self.search = search
+        self.sent = [0] * (len(search.done) // search.k)
+        self.finished = False
+
+    def take(self, last=False):
+        final = last or bool(self.search.done.all())
+        if self.finished:
+            return [None] * len(self.sent)
+        out = []
+        for example, (ids, align) in enumerate(decided(self.search, final)):
+            grew = len(ids) > self.sent[example]
+            out.append((ids, align) if grew or final else None)
+            self.sent[example] = max(self.sent[example], len(ids))
+        self.finished = final
+        return out
 
 
 def check_beam_width(beam_width):

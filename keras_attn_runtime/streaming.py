@@ -31,9 +31,9 @@ from keras_attn_runtime.artifact import (
 from keras_attn_runtime.engine import LiteRTModel
 from keras_attn_runtime.search import (
     BeamSearch,
-    banned,
+    Handover,
+    TokenSearch,
     greedy,
-    is_end,
     sample_with,
 )
 
@@ -140,22 +140,15 @@ class StreamingDecoder:
         self, inputs, start_id, end_id, max_length, choose=greedy, banned_ids=()
     ):
         """`stream`, yielding `(tokens (B,), alignment (B, S) or None)`."""
-        inputs, rows = self.padded(inputs)
-        state = self.start(**inputs)
-        batch = self.step_rows(rows)
-        # The step's rows: the caller's, then copies of the last.
-        spread = np.minimum(np.arange(batch), rows - 1)
-        state = {name: value[spread] for name, value in state.items()}
-        tokens = np.pad(_per_row(start_id, rows), (0, batch - rows))
-        done = np.arange(batch) >= rows  # the padding rows: done at once
-        for index in range(max_length):
-            logits, state, alignment = self.step(tokens, index, state)
-            logits = banned(logits, banned_ids)
-            tokens = np.where(done, 0, choose(logits, index)).astype("int32")
-            yield tokens[:rows], None if alignment is None else alignment[:rows]
-            done |= is_end(tokens, end_id)
-            if done.all():
-                return
+        inputs = {k: np.asarray(v) for k, v in inputs.items()}
+        rows = len(next(iter(inputs.values())))
+        search = TokenSearch(rows, end_id, choose, banned_ids)
+        for _ in self.search_steps(inputs, search, start_id, max_length):
+            aligned = search.aligned
+            yield (
+                search.emitted[:, -1],
+                None if aligned is None else aligned[:, -1],
+            )
 
     def stream_beam(self, inputs, start_id, end_id, max_length, **beam):
         """Beam search, streamed: after each step, yield `(B,)` lists of
@@ -163,18 +156,17 @@ class StreamingDecoder:
         empty). Whatever hypothesis wins starts with them, so what was
         yielded is never taken back; the rest of the winner comes with the
         last yield. `beam` as in `beam_search`."""
-        sent = None
-        for search in self.beam_steps(
-            inputs, start_id, end_id, max_length, **beam
-        ):
-            sent = [0] * len(search.scores) if sent is None else sent
-            if search.done.all() or search.emitted.shape[1] == max_length:
-                ids = search.best()[0]
-                now = [row[: _length(row, end_id)] for row in ids]
-            else:
-                now = search.settled()
-            yield [row[n:] for row, n in zip(now, sent, strict=True)]
-            sent = [len(row) for row in now]
+        steps = self.beam_steps(inputs, start_id, end_id, max_length, **beam)
+        handover = None
+        for search in steps:
+            handover = handover or Handover(search)
+            sent = list(handover.sent)
+            last = search.emitted.shape[1] == max_length
+            now = handover.take(last)
+            yield [
+                np.asarray([] if new is None else new[0][n:], "int32")
+                for new, n in zip(now, sent, strict=True)
+            ]
 
     def beam_search(self, inputs, start_id, end_id, max_length, **beam):
         """`{"ids": (B, steps), "score": (B,), "alignment": (B, steps, S)
@@ -196,12 +188,21 @@ class StreamingDecoder:
 
     def beam_steps(self, inputs, start_id, end_id, max_length, **beam):
         """Yield the `BeamSearch` (`keras_attn_runtime.search`) after each
-        step of the file: its `emitted`, `aligned`, `settled()` and
-        `best()` say where the search stands. `beam` as in
-        `beam_search`."""
+        step of the file (`search_steps`). `beam` as in `beam_search`."""
+        inputs = {k: np.asarray(v) for k, v in inputs.items()}
+        rows = len(next(iter(inputs.values())))
+        search = BeamSearch(rows, end_id, **beam)
+        return self.search_steps(inputs, search, start_id, max_length)
+
+    def search_steps(self, inputs, search, start_id, max_length):
+        """Run `search` (a `TokenSearch` or a `BeamSearch` of
+        `keras_attn_runtime.search`, over the examples of `inputs`) on
+        the file, yielding it after each step until every row is done or
+        `max_length` steps were taken: its `emitted`, `aligned`,
+        `settled()` and `best()` say where it stands. The state is
+        reordered by the rows the search keeps."""
         inputs, rows = self.padded(inputs)
         state = self.start(**inputs)
-        search = BeamSearch(rows, end_id, **beam)
         live = rows * search.k
         size = self.step_rows(live)
         if live > size:
@@ -209,8 +210,9 @@ class StreamingDecoder:
                 f"Expected beam_width · rows <= {size} (the file's step "
                 f"batch). Received: beam_width={search.k} for {rows} rows"
             )
-        # Row r of the file holds beam row min(r, live - 1): the beams,
-        # then copies of the last one up to the file's batch size.
+        # Row r of the file holds search row min(r, live - 1): the rows
+        # (each example's beams), then copies of the last up to the
+        # file's batch size.
         spread = np.minimum(np.arange(size), live - 1)
         first = np.repeat(np.arange(rows), search.k)[spread]
         state = {name: value[first] for name, value in state.items()}
@@ -219,11 +221,12 @@ class StreamingDecoder:
             logits, state, alignment = self.step(tokens[spread], index, state)
             alignment = None if alignment is None else alignment[:live]
             kept, tokens = search.advance(logits[:live], alignment)
-            order = kept[spread]
-            state = {
-                name: value[order] if name in self.updated_state else value
-                for name, value in state.items()
-            }
+            if kept is not None:
+                order = kept[spread]
+                state = {
+                    name: value[order] if name in self.updated_state else value
+                    for name, value in state.items()
+                }
             yield search
             if search.done.all():
                 return
@@ -311,10 +314,3 @@ def _per_row(start_id, rows):
             f"Received: start_id of shape {ids.shape}"
         )
     return ids
-
-
-def _length(ids, end_id):
-    """The tokens of `ids` up to its first end (`end_id`: one token or a
-    list), included."""
-    ends = np.flatnonzero(is_end(ids, end_id))
-    return int(ends[0]) + 1 if len(ends) else int(np.count_nonzero(ids))

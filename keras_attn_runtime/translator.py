@@ -23,6 +23,7 @@ from keras_attn_runtime.artifact import (
     stream_layout,
 )
 from keras_attn_runtime.engine import LiteRTModel
+from keras_attn_runtime.search import BeamSearch, Handover, TokenSearch
 from keras_attn_runtime.streaming import StreamingDecoder
 from keras_attn_runtime.text import (
     STANDARDIZERS,
@@ -293,24 +294,26 @@ class LiteRTTranslator:
         if self.batcher is not None:
             yield from self.batcher.search(own, greedy)
             return
-        args = (own, *(config[k] for k in STREAM_IDS))
         banned = config["banned_ids"]
-        if greedy or config["search"] == "greedy":
-            ids, rows = [], []
-            for tokens, align in self.decoder.steps(*args, banned_ids=banned):
-                ids.append(int(tokens[0]))
-                rows.append(align[0])
-                yield list(ids), np.stack(rows)
-            return
-        beam = {k: config[k] for k in BEAM_SETTINGS}
-        search = None
-        for search in self.decoder.beam_steps(
-            *args, **beam, source_mask=source != 0, banned_ids=banned
-        ):
-            n = len(search.settled()[0])
-            yield search.emitted[0, :n].tolist(), search.aligned[0, :n]
-        ids, _, align = search.best()
-        yield ids[0].tolist(), align[0]
+        search = TokenSearch(1, config["end_id"], banned_ids=banned)
+        if not greedy and config["search"] == "beam":
+            beam = {k: config[k] for k in BEAM_SETTINGS}
+            search = BeamSearch(
+                1,
+                config["end_id"],
+                **beam,
+                source_mask=source != 0,
+                banned_ids=banned,
+            )
+        handover, max_length = Handover(search), config["max_length"]
+        steps = self.decoder.search_steps(
+            own, search, config["start_id"], max_length
+        )
+        for search in steps:
+            last = search.emitted.shape[1] == max_length
+            (decided,) = handover.take(last)
+            if decided is not None:
+                yield decided
 
     def pieces(self, text):
         """The pieces `translate` translates one by one: `text` itself, or
@@ -424,6 +427,5 @@ class LiteRTTranslator:
         return joined.strip()
 
 
-# A streaming translator file's search settings, in its config.
-STREAM_IDS = ("start_id", "end_id", "max_length")
+# A streaming translator file's beam settings, in its config.
 BEAM_SETTINGS = ("beam_width", "length_penalty", "coverage_penalty")

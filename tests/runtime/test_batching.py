@@ -103,6 +103,32 @@ def test_side_by_side_answers_are_the_answers_alone(
     assert drained(batcher)
 
 
+@pytest.mark.parametrize("greedy", [False, True])
+def test_a_sentence_hands_over_the_same_tokens_batched_or_alone(
+    streaming_file, greedy
+):
+    """One hand-over (`keras_attn_runtime.search.Handover`) under both
+    loops: the same decided tokens and alignments at the same steps, the
+    last one the answer up to its end."""
+    from keras_attn_runtime import LiteRTTranslator
+
+    alone, lite = LiteRTTranslator(streaming_file), LiteRTTranslator(
+        streaming_file
+    )
+    lite.batch_streams()
+    end = alone.decoder.config["end_id"]
+    for text in TEXTS:
+        source = alone.source_ids(alone.source_words(text))
+        want = list(alone._decoded(source, greedy))
+        got = list(lite._decoded(source, greedy))
+        assert [ids for ids, _ in got] == [ids for ids, _ in want]
+        for (_, a), (_, b) in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        grown = [len(ids) for ids, _ in want]
+        assert grown == sorted(set(grown)) or grown[-2] == grown[-1]
+        assert 0 not in want[-1][0] and (end in want[-1][0] or len(want) > 1)
+
+
 def test_a_caller_that_stops_reading_frees_its_rows(streaming_file):
     from keras_attn_runtime import LiteRTTranslator
 
