@@ -6,14 +6,16 @@ Both answer OpenAI's `/chat/completions` with `"stream": true`, greedy;
 ours runs the bundle's own signatures in the runtime (no TensorFlow),
 theirs in LiteRT-LM's engine. Each request is one held-out sentence
 (`tests/data/everyday_sentences.txt`, in order). Closed loop: 1, 4 and
-16 clients, each sending its next sentence when its answer is done.
+16 clients, each sending its next sentence when its answer is done, in
+`--rounds` rounds that alternate which server goes first (a load's row
+sums its rounds).
 Open loop: requests at Poisson arrival times, `--rate` a second for
 `--seconds`. Reported: streams a second (and requests a server failed:
 a refusal, a reset connection), the time to the first token
 (TTFT) and between tokens, p50 and p99, and how many answers equal the
 other server's answer for the same sentence.
 
-    python -m benchmarks.serving_generation [--requests 8] [--rate 16]
+    python -m benchmarks.serving_generation [--requests 8] [--rounds 3]
 
 Needs `litert-lm` (`pip install litert-lm`). Writes
 `benchmarks/results/serving_generation.json`.
@@ -204,6 +206,7 @@ def main(argv=None):
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--rate", type=float, default=16.0)
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     import httpx
 
@@ -221,15 +224,24 @@ def main(argv=None):
                     streamed(http, base, model, texts[0])
             for clients in CLIENTS:
                 batch = texts[: clients * args.requests]
-                for name, (_, base, model) in servers.items():
-                    out, took = closed_loop(base, model, clients, batch)
-                    answers.setdefault(name, {}).update(
-                        {
-                            t: o[0]
-                            for t, o in zip(batch, out, strict=True)
-                            if o is not None
-                        }
-                    )
+                runs = {name: ([], 0.0) for name in servers}
+                # Rounds alternate which server goes first, so that what
+                # drifts in the machine falls on both.
+                for turn in range(args.rounds):
+                    names = list(servers)[:: 1 if turn % 2 == 0 else -1]
+                    for name in names:
+                        _, base, model = servers[name]
+                        out, took = closed_loop(base, model, clients, batch)
+                        done, seconds = runs[name]
+                        runs[name] = (done + out, seconds + took)
+                        answers.setdefault(name, {}).update(
+                            {
+                                t: o[0]
+                                for t, o in zip(batch, out, strict=True)
+                                if o is not None
+                            }
+                        )
+                for name, (out, took) in runs.items():
                     rows.append(_summary(name, f"{clients} clients", out, took))
                     print(json.dumps(rows[-1]), flush=True)
             for name, (_, base, model) in servers.items():

@@ -1,7 +1,8 @@
 """Which LiteRT CPU settings give the same numbers every time, for each
 kind of file the project ships?
 
-For each shipped `.tflite` and each setting (LiteRT's builtin kernels;
+For each shipped `.tflite` and each setting (the runtime's default,
+`auto`, which chooses by the file's kind; LiteRT's builtin kernels;
 XNNPACK with LiteRT's default flags; XNNPACK with `xnnpack_flags` set,
 which replaces the defaults: 0x200 is XNNPACK's "slow consistent
 arithmetic", 0x1 its signed int8 operators), fresh processes run the
@@ -24,7 +25,6 @@ Writes `benchmarks/results/xnnpack_determinism.json`.
 
 import argparse
 import concurrent.futures
-import hashlib
 import itertools
 import json
 import os
@@ -41,7 +41,7 @@ FILES = {
     "imdb_micro (full int8)": "imdb_micro/model_int8.tflite",
     "translator (dynamic-range int8)": "translation_en_fr/model.tflite",
 }
-SETTINGS = ("builtin", "xnnpack", "xnnpack:0x200", "xnnpack:0x201")
+SETTINGS = ("auto", "builtin", "xnnpack", "xnnpack:0x200", "xnnpack:0x201")
 
 
 def inputs_file(folder, reviews=24, sentences=24):
@@ -65,7 +65,6 @@ def worker(path, setting, threads, tensorflow_first, callers, given):
     inputs in the JSON file `given`."""
     if tensorflow_first:
         import tensorflow  # noqa: F401  (as a served process does)
-    import numpy as np
     from ai_edge_litert import compiled_model
 
     kernels, _, flags = setting.partition(":")
@@ -73,31 +72,16 @@ def worker(path, setting, threads, tensorflow_first, callers, given):
         plain = compiled_model.CpuOptions
 
         def with_flags(**kwargs):
-            return plain(**kwargs, xnnpack_flags=int(flags, 16))
+            return plain(**{**kwargs, "xnnpack_flags": int(flags, 16)})
 
         compiled_model.CpuOptions = with_flags
-    from keras_attn_runtime import LiteRTClassifier, LiteRTTranslator
+    from tests.runtime.cpu_digest import digest
 
-    translator = "translation" in path
-    kind = LiteRTTranslator if translator else LiteRTClassifier
-    reader = kind(path, num_threads=threads, cpu_kernels=kernels)
     with open(given, encoding="utf-8") as f:
-        inputs = json.load(f)["sentences" if translator else "reviews"]
-
-    def run(text):
-        if translator:
-            ids, align, _ = reader.translate_ids(text)
-            return [np.asarray(ids, "int64"), np.asarray(align)]
-        out = reader.predict([text])
-        return [np.asarray(out[k]) for k in sorted(out)]
-
-    with concurrent.futures.ThreadPoolExecutor(callers) as pool:
-        outputs = list(pool.map(run, inputs * 2))
-    digest = hashlib.sha256()
-    for arrays in outputs:
-        for array in arrays:
-            digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()[:16]
+        inputs = json.load(f)[
+            "sentences" if "translation" in path else "reviews"
+        ]
+    return digest(path, inputs, threads, callers, kernels)[0]
 
 
 def timings(path, n=60):
@@ -120,7 +104,7 @@ def timings(path, n=60):
         kernels, _, flags = setting.partition(":")
         if flags:
             compiled_model.CpuOptions = lambda f=int(flags, 16), **k: plain(
-                **k, xnnpack_flags=f
+                **{**k, "xnnpack_flags": f}
             )
         try:
             litert = LiteRTModel(data, model, path, 1, cpu_kernels=kernels)

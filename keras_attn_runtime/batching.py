@@ -269,24 +269,23 @@ class _Request:
 class Loops:
     """Several decode loops over copies of one streaming file, each run
     by the `Interpreter` (whose calls let other threads run: one loop a
-    core), a request going to the loop with the fewest in flight. The
-    numbers are `CompiledModel`'s builtin kernels'.
+    core), a request going to the loop with the fewest in flight. With
+    `cpu_kernels="builtin"` the numbers are `CompiledModel`'s builtin
+    kernels' (a translator's own file passes what it runs on).
 
     Args:
         model_path: the streaming file (or a one-call file that also
             streams).
         loops: how many. Defaults to `1`.
         max_rows: each loop's (see `RowBatcher`).
-        cpu_kernels: as `LiteRTModel` takes them. Defaults to
-            `"builtin"`.
+        cpu_kernels: as `LiteRTModel` takes them. Defaults to `"auto"`
+            (under the Interpreter: XNNPACK's defaults).
 
     Attributes:
         batchers: the loops' `RowBatcher`s.
     """
 
-    def __init__(
-        self, model_path, loops=1, max_rows=None, cpu_kernels="builtin"
-    ):
+    def __init__(self, model_path, loops=1, max_rows=None, cpu_kernels="auto"):
         from keras_attn_runtime.artifact import load_verified
         from keras_attn_runtime.engine import LiteRTModel
         from keras_attn_runtime.streaming import StreamingDecoder

@@ -142,7 +142,7 @@ class LiteRTHandler(TextModelHandler):
     `load_model`."""
 
     def __init__(
-        self, model_path, *, num_threads=1, cpu_kernels="builtin", **kwargs
+        self, model_path, *, num_threads=1, cpu_kernels="auto", **kwargs
     ):
         super().__init__(model_path, **kwargs)
         self.num_threads, self.cpu_kernels = num_threads, cpu_kernels
@@ -173,9 +173,9 @@ class LiteRTClassifierHandler(LiteRTHandler):
             Defaults to `False`.
         num_threads: LiteRT's CPU threads a worker. Defaults to `1` (one
             worker a core).
-        cpu_kernels: `"builtin"` or `"xnnpack"` (see
+        cpu_kernels: `"auto"`, `"builtin"` or `"xnnpack"` (see
             `keras_attn_runtime.engine.LiteRTModel`). Defaults to
-            `"builtin"`.
+            `"auto"`.
         **kwargs: `TextModelHandler`'s.
     """
 
@@ -202,7 +202,7 @@ class LiteRTTranslatorHandler(LiteRTHandler):
         model_path: the `.tflite` file.
         num_threads: LiteRT's CPU threads a worker. Defaults to `1`.
         cpu_kernels: as for `LiteRTClassifierHandler`. Defaults to
-            `"builtin"`.
+            `"auto"`.
         **kwargs: `TextModelHandler`'s.
     """
 

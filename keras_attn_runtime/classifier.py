@@ -111,9 +111,10 @@ class LiteRTClassifier:
         accelerator: `"cpu"` (the default), `"gpu"` or `"npu"`, with the
             CPU running what the accelerator cannot
             (`self.litert.fully_accelerated`).
-        cpu_kernels: `"builtin"` (the default: the same numbers for the
-            same input, whatever the threads, the load or the callers) or
-            `"xnnpack"` (faster; see `keras_attn_runtime.engine.
+        cpu_kernels: `"auto"` (the default: for the file's kind, the
+            fastest settings that give the same numbers for the same
+            input, whatever the process, threads, load or callers),
+            `"builtin"` or `"xnnpack"` (see `keras_attn_runtime.engine.
             LiteRTModel`).
     """
 
@@ -123,7 +124,7 @@ class LiteRTClassifier:
         vocabulary_path=None,
         num_threads=1,
         accelerator="cpu",
-        cpu_kernels="builtin",
+        cpu_kernels="auto",
     ):
         # What pickling carries (`__reduce__`): the file is opened again.
         self._arguments = (

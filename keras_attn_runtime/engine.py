@@ -16,11 +16,35 @@ from keras_attn_runtime import native_logs
 from keras_attn_runtime.artifact import text, vector
 
 ACCELERATORS = ("cpu", "gpu", "npu")
-# The CPU's kernels: LiteRT's builtin kernels answer the same for the same
-# input every time; XNNPACK is faster, but on dynamic-range int8 files its
-# answers moved from one process or call to the next (docs/edge.md,
-# "Threads and determinism").
-CPU_KERNELS = ("builtin", "xnnpack")
+# The CPU's kernels: `"auto"` (the default) chooses, for the kind of file,
+# the fastest settings that answer the same for the same input every time
+# (`cpu_settings`); `"builtin"` is LiteRT's own kernels, the same numbers
+# every time; `"xnnpack"` is XNNPACK with LiteRT's default flags, faster,
+# but on dynamic-range int8 files its answers moved from one process or
+# call to the next (docs/edge.md, "Threads and determinism").
+CPU_KERNELS = ("auto", "builtin", "xnnpack")
+# XNNPACK's flags (its delegate's header): signed int8 operators, and
+# "slow consistent arithmetic" (no faster code path whose numbers differ
+# from another path's in the same build). Given, they replace LiteRT's
+# default flags.
+XNNPACK_QS8, XNNPACK_CONSISTENT_ARITHMETIC = 0x1, 0x200
+FULL_INTEGER, DYNAMIC_RANGE, FLOAT = "full_integer", "dynamic_range", "float"
+# Operators whose second input is a weight: float activations with integer
+# weights there make a dynamic-range (hybrid) file.
+_WEIGHTED = {
+    "FULLY_CONNECTED",
+    "CONV_2D",
+    "DEPTHWISE_CONV_2D",
+    "BATCH_MATMUL",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM",
+    "BIDIRECTIONAL_SEQUENCE_LSTM",
+    "UNIDIRECTIONAL_SEQUENCE_RNN",
+    "SVDF",
+    "EMBEDDING_LOOKUP",
+    "TRANSPOSE_CONV",
+}
+_INTEGER_TYPES = {3, 7, 9, 17, 18}  # uint8, int16, int8, int4, uint4
+_FLOAT_TYPES = {0, 1, 10, 16}  # float32, float16, float64, bfloat16
 
 # LiteRT's tensor types (schema `TensorType`) as NumPy dtypes.
 _DTYPES = {
@@ -90,6 +114,64 @@ def why_not_compiled(signatures):
     return None
 
 
+def file_kind(model):
+    """What a verified model object (`artifact.verify_model`) computes in:
+    `"dynamic_range"` where a weighted operator (a fully connected layer,
+    a convolution, an LSTM...) takes float activations and integer
+    weights; else `"full_integer"` where an operator's first input is an
+    integer tensor with quantization parameters; else `"float"`."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    names = {
+        v: k for k, v in vars(schema.BuiltinOperator).items() if k.isupper()
+    }
+    codes = [
+        names.get(max(c.builtinCode, c.deprecatedBuiltinCode), "")
+        for c in vector(model.operatorCodes)
+    ]
+    quantized = False
+    for graph in vector(model.subgraphs):
+        tensors = graph.tensors
+        for op in vector(graph.operators):
+            inputs = [tensors[i] for i in vector(op.inputs) if i >= 0]
+            if not inputs:
+                continue
+            first = inputs[0]
+            if codes[op.opcodeIndex] in _WEIGHTED and (
+                first.type in _FLOAT_TYPES
+                and any(t.type in _INTEGER_TYPES for t in inputs[1:])
+            ):
+                return DYNAMIC_RANGE
+            scales = first.quantization and first.quantization.scale
+            if first.type in _INTEGER_TYPES and scales is not None:
+                quantized = quantized or len(scales) > 0
+    return FULL_INTEGER if quantized else FLOAT
+
+
+def cpu_settings(cpu_kernels, kind, interpreter=False):
+    """`(kernels, xnnpack_flags or None)` that `cpu_kernels` means for a
+    file of `kind` (`file_kind`), under the Interpreter or not.
+
+    `"auto"` chooses, of the settings that gave one digest over
+    processes, TensorFlow imported first or not, threads and concurrent
+    callers (`benchmarks/xnnpack_determinism.py`), the fastest. Under
+    `CompiledModel`: XNNPACK's signed int8 operators with consistent
+    arithmetic for a full-integer file (integer arithmetic, at XNNPACK's
+    speed), LiteRT's builtin kernels otherwise (a dynamic-range file's
+    fast path in XNNPACK quantizes its activations on the fly, and under
+    `CompiledModel` that path drifted: docs/edge.md). Under the
+    Interpreter, which takes no XNNPACK flags: XNNPACK with its default
+    flags, which did not drift there in the same runs."""
+    check_cpu_kernels(cpu_kernels)
+    if cpu_kernels != "auto":
+        return cpu_kernels, None
+    if interpreter:
+        return "xnnpack", None
+    if kind == FULL_INTEGER:
+        return "xnnpack", XNNPACK_QS8 | XNNPACK_CONSISTENT_ARITHMETIC
+    return "builtin", None
+
+
 def check_accelerator(accelerator):
     if accelerator not in ACCELERATORS:
         raise ValueError(
@@ -131,20 +213,31 @@ class LiteRTModel:
             accelerator runs what it can and the CPU the rest:
             `fully_accelerated` says whether anything fell back. Where
             LiteRT finds no such device, a `ValueError` names it.
-        cpu_kernels: the kernels the CPU runs: `"builtin"` (the default),
-            LiteRT's own, which give the same numbers for the same input
-            whatever the threads, the load or the callers; or
-            `"xnnpack"`, faster (1.6x on the shipped translator) but, on
-            dynamic-range int8 files, not the same from one process or call
-            to the next (docs/edge.md, "Threads and determinism").
+        cpu_kernels: the kernels the CPU runs: `"auto"` (the default),
+            for the file's kind the fastest settings that give the same
+            numbers for the same input whatever the process, the threads,
+            the load or the callers (`cpu_settings`: XNNPACK with
+            consistent arithmetic for a full-integer file, LiteRT's
+            builtin kernels for the others; under the Interpreter,
+            XNNPACK's defaults); `"builtin"`, LiteRT's own
+            kernels, always; or `"xnnpack"`, XNNPACK with LiteRT's
+            default flags, faster (1.7x on the shipped translator) but,
+            on dynamic-range int8 files, not the same from one process
+            or call to the next (docs/edge.md, "Threads and
+            determinism").
         interpreter: run the file under the `Interpreter` even where
             `CompiledModel` can (the CPU only): its calls let other Python
             threads run meanwhile, so that several copies of a file work
-            on several cores (`keras_attn_runtime.batching`); the same
-            numbers as `CompiledModel`'s builtin kernels. Defaults to
-            `False`.
+            on several cores (`keras_attn_runtime.batching`); on the
+            builtin kernels, the same numbers as `CompiledModel`'s.
+            Defaults to `False`.
 
     Attributes:
+        kind: `"full_integer"`, `"dynamic_range"` or `"float"`
+            (`file_kind`).
+        cpu_settings: the CPU settings used: `"builtin"`, `"xnnpack"`
+            (LiteRT's default flags) or `"xnnpack:0x201"` (the flags
+            given); on another accelerator, for what falls back.
         engine: `"compiled_model"`, or `"interpreter"` for a file that
             `CompiledModel` cannot run (`interpreter_reason` says why) or
             when asked.
@@ -161,7 +254,7 @@ class LiteRTModel:
         model_path,
         num_threads=1,
         accelerator="cpu",
-        cpu_kernels="builtin",
+        cpu_kernels="auto",
         interpreter=False,
     ):
         check_accelerator(accelerator)
@@ -177,6 +270,7 @@ class LiteRTModel:
         self.num_threads = num_threads
         self.cpu_kernels = cpu_kernels
         self.signatures = signature_tensors(model)
+        self.kind = file_kind(model)
         self.interpreter_reason = why_not_compiled(self.signatures)
         if self.interpreter_reason is not None and accelerator != "cpu":
             raise ValueError(
@@ -185,10 +279,15 @@ class LiteRTModel:
                 f"{self.interpreter_reason}. Export it again with this "
                 "keras_attn, or run it with accelerator='cpu'."
             )
-        if self.interpreter_reason is None and not interpreter:
+        compiled = self.interpreter_reason is None and not interpreter
+        kernels, flags = cpu_settings(cpu_kernels, self.kind, not compiled)
+        self.cpu_settings = (
+            kernels if flags is None else f"{kernels}:{flags:#x}"
+        )
+        if compiled:
             self.engine = "compiled_model"
             self._compiled = _compile(
-                data, model_path, num_threads, accelerator, cpu_kernels
+                data, model_path, num_threads, accelerator, kernels, flags
             )
             self.fully_accelerated = accelerator == "cpu" or bool(
                 self._compiled.is_fully_accelerated()
@@ -196,7 +295,7 @@ class LiteRTModel:
         else:
             self.engine = "interpreter"
             self._interpreter = _interpreter(
-                data, model_path, num_threads, cpu_kernels
+                data, model_path, num_threads, kernels
             )
             self.fully_accelerated = False
 
@@ -232,7 +331,9 @@ def _release(owner):
         pass
 
 
-def _compile(data, model_path, num_threads, accelerator, cpu_kernels):
+def _compile(
+    data, model_path, num_threads, accelerator, cpu_kernels, flags=None
+):
     from ai_edge_litert import compiled_model as litert
     from ai_edge_litert.cpu_kernel_mode import CpuKernelMode
 
@@ -246,6 +347,7 @@ def _compile(data, model_path, num_threads, accelerator, cpu_kernels):
             kernel_mode=CpuKernelMode.BUILTIN
             if cpu_kernels == "builtin"
             else CpuKernelMode.DELEGATE,
+            xnnpack_flags=flags,
         ),
     )
     try:
@@ -330,7 +432,9 @@ class _InterpreterRunner:
 
     def __call__(self, **feed):
         arrays = _checked_inputs(self._spec["inputs"], feed)
-        return {k: np.array(v) for k, v in self._runner(**arrays).items()}
+        # The runner's outputs are its own copies already (a later call
+        # does not write over them): no second copy.
+        return {k: np.asarray(v) for k, v in self._runner(**arrays).items()}
 
 
 def _shared_outputs(spec, out):

@@ -185,7 +185,13 @@ class BundleGenerator:
         loops: the copies of the model that run calls side by side.
             Defaults to the machine's cores.
         cpu_kernels: as `keras_attn_runtime.engine.LiteRTModel` takes
-            them. Defaults to `"builtin"` (the same numbers every time).
+            them. Defaults to `"auto"` (the same numbers every time: under
+            the Interpreter, which the copies run, XNNPACK's defaults, as
+            LiteRT-LM's engine runs the bundle).
+
+    Attributes:
+        cpu_settings: the CPU settings the copies run on
+            (`keras_attn_runtime.engine.LiteRTModel.cpu_settings`).
 
     As a served artifact (`keras_attn_runtime.opener.StreamingArtifact`):
     `text` in, `completion` out, under TensorFlow Serving's default key
@@ -196,7 +202,7 @@ class BundleGenerator:
     concurrent_streams = True
     sampling = True
 
-    def __init__(self, folder, loops=None, cpu_kernels="builtin"):
+    def __init__(self, folder, loops=None, cpu_kernels="auto"):
         try:
             from tokenizers import Tokenizer
         except ImportError:
@@ -227,6 +233,7 @@ class BundleGenerator:
         for _ in range(loops):
             self._copies.put(_Copy(data, model, path, cpu_kernels))
         copy = self._copies.queue[0]
+        self.cpu_settings = copy.litert.cpu_settings
         decode = copy.litert.signatures[DECODE]
         self._caches = {
             name: spec

@@ -30,7 +30,8 @@ NEG_INF = -1e9
 def is_end(tokens, end_id):
     """Whether each of `tokens` ends a sequence: `end_id` is one token or
     a list of them, as Keras's samplers take `end_token_id`."""
-    return np.isin(tokens, np.asarray(end_id, "int64").reshape(-1))
+    ends = np.asarray(end_id, "int64").reshape(-1)
+    return (np.asarray(tokens)[..., None] == ends).any(-1)
 
 
 def greedy(logits, step):
@@ -145,8 +146,12 @@ class TokenSearch:
             logits = banned(logits, self.banned_ids)
         picked = self.choose(logits, self.emitted.shape[1])
         tokens = np.where(self.done, 0, picked).astype("int32")
-        rows = np.arange(len(tokens))
-        logp = log_softmax(np.asarray(logits, "float32"))[rows, tokens]
+        # log p(token) = z[token] - max z - log Σ exp(z - max z)
+        z = np.asarray(logits, "float32")
+        top = z.max(-1)
+        total = np.exp(z - top[:, None]).sum(-1)
+        chosen = z[np.arange(len(tokens)), tokens]
+        logp = chosen - top - np.log(total)
         self.score = self.score + np.where(self.done, 0, logp)
         self.done = self.done | is_end(tokens, self.end_id)
         self.emitted = np.concatenate([self.emitted, tokens[:, None]], 1)

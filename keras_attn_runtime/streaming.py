@@ -48,9 +48,10 @@ class StreamingDecoder:
         num_threads: CPU threads (`None`: LiteRT's choice). Defaults to
             `1`.
         accelerator: `"cpu"` (the default), `"gpu"` or `"npu"`.
-        cpu_kernels: `"builtin"` (the default: the same numbers for the
-            same input, whatever the threads, the load or the callers) or
-            `"xnnpack"` (faster; see `keras_attn_runtime.engine.
+        cpu_kernels: `"auto"` (the default: for the file's kind, the
+            fastest settings that give the same numbers for the same
+            input, whatever the process, threads, load or callers),
+            `"builtin"` or `"xnnpack"` (see `keras_attn_runtime.engine.
             LiteRTModel`).
         litert: the file already opened (a `LiteRTModel` of `model_path`,
             e.g. a translator's that also streams), whose settings then
@@ -71,7 +72,7 @@ class StreamingDecoder:
         model_path,
         num_threads=1,
         accelerator="cpu",
-        cpu_kernels="builtin",
+        cpu_kernels="auto",
         litert=None,
     ):
         data, model = load_verified(model_path)

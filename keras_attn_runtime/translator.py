@@ -63,9 +63,10 @@ class LiteRTTranslator:
             to `None` (fresh entropy).
         accelerator: `"cpu"` (the default), `"gpu"` or `"npu"` (see
             `keras_attn_runtime.engine.LiteRTModel`).
-        cpu_kernels: `"builtin"` (the default: the same numbers for the
-            same input, whatever the threads, the load or the callers) or
-            `"xnnpack"` (faster; see `keras_attn_runtime.engine.
+        cpu_kernels: `"auto"` (the default: for the file's kind, the
+            fastest settings that give the same numbers for the same
+            input, whatever the process, threads, load or callers),
+            `"builtin"` or `"xnnpack"` (see `keras_attn_runtime.engine.
             LiteRTModel`).
     """
 
@@ -75,7 +76,7 @@ class LiteRTTranslator:
         num_threads=1,
         seed=None,
         accelerator="cpu",
-        cpu_kernels="builtin",
+        cpu_kernels="auto",
     ):
         if seed is not None and (
             isinstance(seed, bool) or not isinstance(seed, int) or seed < 0
@@ -395,7 +396,12 @@ class LiteRTTranslator:
                 "call per sentence"
             )
         self.batcher = Loops(
-            self.litert.model_path, loops, max_rows, self.litert.cpu_kernels
+            self.litert.model_path,
+            loops,
+            max_rows,
+            # The loops' copies run the Interpreter: the kernels this file
+            # runs on here, so that a stream is the sentence's translation.
+            self.litert.cpu_settings.partition(":")[0],
         )
         return self.batcher
 

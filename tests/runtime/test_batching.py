@@ -112,8 +112,9 @@ def test_a_sentence_hands_over_the_same_tokens_batched_or_alone(
     last one the answer up to its end."""
     from keras_attn_runtime import LiteRTTranslator
 
-    alone, lite = LiteRTTranslator(streaming_file), LiteRTTranslator(
-        streaming_file
+    alone, lite = (
+        LiteRTTranslator(streaming_file),
+        LiteRTTranslator(streaming_file),
     )
     lite.batch_streams()
     end = alone.decoder.config["end_id"]

@@ -130,6 +130,8 @@ def test_a_variable_length_bilstm_file_runs_under_compiled_model(
     # The runtime gives each row its own width, as files before did.
     clf = LiteRTClassifier(path)
     assert clf.litert.engine == "compiled_model"
+    kind = {"none": "float", "dynamic": "dynamic_range"}[quantize]
+    assert clf.litert.kind == kind and clf.litert.cpu_settings == "builtin"
     assert clf.length_axes == {"attention": [2]}
     texts = ["great film", "a dull and boring plot that never ends", ""]
     got = clf.predict(texts)

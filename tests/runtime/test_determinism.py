@@ -4,10 +4,11 @@ load, the number of callers or the process.
 Under `CompiledModel`, XNNPACK's kernels answered a review of the shipped
 dynamic-range int8 file differently from one call, caller or process to
 the next (by up to 1.6e-3 in probability; one thread or several, more
-often once TensorFlow was imported first). LiteRT's builtin kernels, the
-default (`cpu_kernels="builtin"`), answer as LiteRT's single-threaded
-Interpreter, every time and on any number of threads; XNNPACK is an
-opt-in (`cpu_kernels="xnnpack"`).
+often once TensorFlow was imported first). LiteRT's builtin kernels, which the
+default (`cpu_kernels="auto"`) chooses for such a file, answer as
+LiteRT's single-threaded Interpreter, every time and on any number of
+threads; XNNPACK with its default flags is an opt-in
+(`cpu_kernels="xnnpack"`). Full-integer files: `test_cpu_settings.py`.
 """
 
 import os
@@ -66,7 +67,10 @@ def answers(clf, texts):
 
 def test_the_default_answers_as_the_interpreter_bit_for_bit(classifier):
     assert classifier.litert.engine == "compiled_model"
-    assert classifier.litert.cpu_kernels == "builtin"
+    # A dynamic-range file: the default chooses LiteRT's builtin kernels.
+    assert classifier.litert.kind == "dynamic_range"
+    assert classifier.litert.cpu_kernels == "auto"
+    assert classifier.litert.cpu_settings == "builtin"
     want = interpreter_answers(DYNAMIC_INT8, classifier, TEXTS)
     # Twice: a second call at each length reuses the buffers of the first.
     assert answers(classifier, TEXTS) == want
@@ -108,7 +112,7 @@ def test_the_opener_that_serve_uses_runs_the_builtin_kernels():
     if not os.path.isfile(DYNAMIC_INT8):
         pytest.skip("no shipped dynamic-range int8 file")
     artifact = opener.open(DYNAMIC_INT8)
-    assert artifact.classifier.litert.cpu_kernels == "builtin"
+    assert artifact.classifier.litert.cpu_settings == "builtin"
 
 
 def test_cpu_kernels_is_checked():

@@ -116,9 +116,7 @@ def test_decided_trims_the_padding_after_the_end():
 
 @pytest.mark.parametrize("kind", ["greedy", "beam"])
 def test_a_last_step_hands_over_the_best_even_before_the_end(kind):
-    search = (
-        TokenSearch(1, END) if kind == "greedy" else BeamSearch(1, END, 2)
-    )
+    search = TokenSearch(1, END) if kind == "greedy" else BeamSearch(1, END, 2)
     handover = Handover(search)
     search.advance(scripted_logits(search.k, [4] * search.k))
     ((ids, _),) = handover.take(last=True)
