@@ -176,7 +176,35 @@ class _Copy:
         }
 
 
-class BundleGenerator:
+class ServedFolder:
+    """What a served decoder-only folder answers, whatever runs it (its
+    bundle here, its Keras model in `keras_attn.loading.opener`): `text`
+    in, its `completion` out, under TensorFlow Serving's default key and
+    `generate`, every prompt checked against the context before any
+    call. A subclass gives `context_length`, `prompt_length(text)` and
+    `completions(texts)`."""
+
+    def __init__(self):
+        io = Signature(TEXT, {OUTPUT: ("string", [None])})
+        self.signatures = {DEFAULT_SIGNATURE: io, "generate": io}
+
+    def check_prompt(self, text):
+        """A `PromptTooLong` for a prompt that leaves the model no room
+        to answer in its context."""
+        count, limit = self.prompt_length(text), self.context_length - 1
+        if count > limit:
+            raise PromptTooLong(limit, count, "tokens")
+
+    def run(self, signature, inputs):
+        texts = [t.decode("utf-8", "replace") for t in inputs["text"]]
+        if not texts:
+            return self.signatures[signature].empty_outputs()
+        for text in texts:
+            self.check_prompt(text)
+        return {OUTPUT: np.array(self.completions(texts), dtype=object)}
+
+
+class BundleGenerator(ServedFolder):
     """A decoder-only folder's continuations from its `.litertlm` bundle.
 
     Args:
@@ -246,8 +274,7 @@ class BundleGenerator:
             if k.startswith("prefill_")
         )
         self.stream_capacity = None
-        io = Signature(TEXT, {OUTPUT: ("string", [None])})
-        self.signatures = {DEFAULT_SIGNATURE: io, "generate": io}
+        super().__init__()
 
     def _id(self, token):
         found = self.tokenizer.token_to_id(token)
@@ -264,12 +291,8 @@ class BundleGenerator:
             self.tokenizer, self.start_id, self.prefix, self.suffix, text
         )
 
-    def check_prompt(self, text):
-        """A `PromptTooLong` for a prompt that leaves the model no room
-        to answer in its context."""
-        count, limit = len(self.prompt_ids(text)), self.context_length - 1
-        if count > limit:
-            raise PromptTooLong(limit, count, "tokens")
+    def prompt_length(self, text):
+        return len(self.prompt_ids(text))
 
     def _call(self, name, **feed):
         copy = self._copies.get()
@@ -344,10 +367,5 @@ class BundleGenerator:
             for t in texts
         ]
 
-    def run(self, signature, inputs):
-        texts = [t.decode("utf-8", "replace") for t in inputs["text"]]
-        if not texts:
-            return self.signatures[signature].empty_outputs()
-        for text in texts:
-            self.check_prompt(text)
-        return {OUTPUT: np.array(self.generate(texts), dtype=object)}
+    def completions(self, texts):
+        return self.generate(texts)

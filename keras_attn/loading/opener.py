@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from keras_attn_runtime import opener
+from keras_attn_runtime.generator import ServedFolder
 from keras_attn_runtime.opener import (  # noqa: F401, A004
     ModelError,
     PromptTooLong,
@@ -142,14 +143,13 @@ class KerasArtifact:
         return {k: np.asarray(v) for k, v in out.items()}
 
 
-class TextGeneratorArtifact:
-    """A `keras_attn.models.TextGenerator` folder: `text` in, its
-    `completion` out (greedy, as LiteRT-LM runs the folder's bundle),
-    under TensorFlow Serving's default key and `generate`; `stream`
-    yields a completion's pieces as its tokens are decided."""
+class TextGeneratorArtifact(ServedFolder):
+    """A `keras_attn.models.TextGenerator` folder served from its Keras
+    model (`ServedFolder`: `text` in, its `completion` out, greedy, as
+    LiteRT-LM runs the folder's bundle); `stream` yields a completion's
+    pieces as its tokens are decided."""
 
     kind = "keras"
-    OUTPUT = "completion"
     # `keras_attn_runtime.opener.StreamingArtifact`: one stream a call
     # on the model's executor, which does not say how many it holds.
     concurrent_streams = False
@@ -161,28 +161,17 @@ class TextGeneratorArtifact:
 
         self.path = folder
         self.generator = TextGenerator.load(folder)
-        io = Signature(opener.TEXT, {self.OUTPUT: ("string", [None])})
-        self.signatures = {opener.DEFAULT_SIGNATURE: io, "generate": io}
+        self.context_length = self.generator.context_length
+        super().__init__()
 
-    def check_prompt(self, text):
-        """A `PromptTooLong` for a prompt that leaves the model no room
-        to answer in its context."""
-        count = len(self.generator.prompt_ids(text, check=False))
-        limit = self.generator.context_length - 1
-        if count > limit:
-            raise PromptTooLong(limit, count, "tokens")
+    def prompt_length(self, text):
+        return len(self.generator.prompt_ids(text, check=False))
 
-    def run(self, signature, inputs):
-        texts = [t.decode("utf-8", "replace") for t in inputs["text"]]
-        if not texts:
-            return self.signatures[signature].empty_outputs()
-        for text in texts:
-            self.check_prompt(text)
+    def completions(self, texts):
         try:
-            out = self.generator.generate(texts)
+            return self.generator.generate(texts)
         except ValueError as err:
             raise ModelError(str(err)) from None
-        return {self.OUTPUT: np.array(out, dtype=object)}
 
     def stream(self, text, stop=None, sampling=None):
         """The completion's pieces; `sampling` (`{"temperature", "top_k",
