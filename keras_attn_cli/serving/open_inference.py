@@ -16,7 +16,8 @@ triples and encode the answer back.
 
 import numpy as np
 
-from keras_attn_cli.serving.limits import RequestError, check_count, check_text
+from keras_attn_cli.serving import plane
+from keras_attn_cli.serving.limits import RequestError, check_text
 
 # NumPy dtype names (as a runtime `Signature` spells them) and their v2
 # datatypes.
@@ -87,14 +88,7 @@ def parse_infer(tensors, signature, limits):
         raise RequestError(
             f"Missing inputs {missing}; this signature takes {sorted(expected)}"
         )
-    counts = {len(a) for a in given.values()}
-    if len(counts) != 1:
-        raise RequestError(
-            "Expected every input to hold as many examples. Received: "
-            f"{ {k: len(v) for k, v in given.items()} }"
-        )
-    (count,) = counts
-    check_count(count, limits)
+    plane.example_count(given, limits)
     for name, array in given.items():
         if expected[name][0] == "string":
             given[name] = _texts(array, name, limits)

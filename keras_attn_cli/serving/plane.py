@@ -6,6 +6,8 @@ the protocol-free form, decided in one place.
 - **Which signature**: `signature_key`, one rule for every protocol: the
   one the request names, else `serving_default`, else the model's first;
   an unknown name is one `RequestError` message.
+- **How many examples**: `example_count`, every input as many, within
+  `--max-instances`, for the TensorFlow Serving and KServe requests.
 - **What an error answers**: `ERRORS`, one table from an error's kind
   to its HTTP status and gRPC code, read by the REST handlers
   (`keras_attn_cli.serving.serve`), the gRPC interceptor
@@ -23,7 +25,7 @@ request into these calls and the answer back; they decide nothing.
 """
 
 from keras_attn_cli.serving import registry
-from keras_attn_cli.serving.limits import RequestError
+from keras_attn_cli.serving.limits import RequestError, check_count
 from keras_attn_runtime.signature import DEFAULT_SIGNATURE
 
 NotServed = registry.NotServed
@@ -60,6 +62,21 @@ def signature_key(signatures, asked=None):
             f"{sorted(signatures)}"
         )
     return asked
+
+
+def example_count(inputs, limits):
+    """How many examples a request's `inputs` (`{name: one value a
+    row}`) hold: every input as many (else a `RequestError` with each
+    input's count), at most `max_instances`."""
+    counts = {len(values) for values in inputs.values()}
+    if len(counts) != 1:
+        raise RequestError(
+            "Expected every input to hold as many examples. Received: "
+            f"{ {k: len(v) for k, v in inputs.items()} }"
+        )
+    (count,) = counts
+    check_count(count, limits)
+    return count
 
 
 def error_kinds():

@@ -22,7 +22,7 @@ import json
 import numpy as np
 
 from keras_attn_cli.serving import plane
-from keras_attn_cli.serving.limits import RequestError, check_count, check_text
+from keras_attn_cli.serving.limits import RequestError, check_text
 
 
 def parse_json(body):
@@ -117,14 +117,7 @@ def parse_predict(body, signatures, limits):
         columns = _rows_to_columns(body["instances"], names)
     else:
         columns = _columnar(body["inputs"], names)
-    counts = {len(values) for values in columns.values()}
-    if len(counts) != 1:
-        raise RequestError(
-            f"Expected every input to hold as many examples. Received: "
-            f"{ {k: len(v) for k, v in columns.items()} }"
-        )
-    (count,) = counts
-    check_count(count, limits)
+    plane.example_count(columns, limits)
     arrays = {
         key: _column(values, key, signature.inputs[key][0], limits)
         for key, values in columns.items()
