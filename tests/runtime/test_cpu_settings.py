@@ -75,28 +75,30 @@ def shipped(path):
     return path
 
 
-def test_each_kind_gets_its_settings():
+@pytest.mark.parametrize(
+    "name, kind, settings",
+    [
+        ("imdb_edge", "full_integer", "xnnpack:0x201"),
+        ("imdb_micro", "full_integer", "xnnpack:0x201"),
+        ("imdb_ssa", "dynamic_range", "builtin"),
+        ("translator", "dynamic_range", "builtin"),
+    ],
+)
+def test_each_kind_gets_its_settings(name, kind, settings):
     from keras_attn_runtime.artifact import load_verified
     from keras_attn_runtime.engine import LiteRTModel
 
-    for path in FULL_INTEGER.values():
-        data, model = load_verified(shipped(path))
-        compiled = LiteRTModel(data, model, path)
-        assert compiled.kind == "full_integer"
-        assert compiled.cpu_settings == "xnnpack:0x201"
-        # The Interpreter takes no XNNPACK flags: XNNPACK's defaults.
-        under = LiteRTModel(data, model, path, interpreter=True)
-        assert under.cpu_settings == "xnnpack"
-        # Asked for by name, a setting is what it says.
-        asked = LiteRTModel(data, model, path, cpu_kernels="xnnpack")
-        assert asked.cpu_settings == "xnnpack"
-    for path in DYNAMIC_RANGE.values():
-        data, model = load_verified(shipped(path))
-        litert = LiteRTModel(data, model, path)
-        assert litert.kind == "dynamic_range"
-        assert litert.cpu_settings == "builtin"
-        under = LiteRTModel(data, model, path, interpreter=True)
-        assert under.cpu_settings == "xnnpack"
+    path = shipped({**FULL_INTEGER, **DYNAMIC_RANGE}[name])
+    data, model = load_verified(path)
+    litert = LiteRTModel(data, model, path)
+    assert (litert.kind, litert.cpu_settings) == (kind, settings)
+    # The Interpreter takes no XNNPACK flags: XNNPACK's defaults.
+    under = LiteRTModel(data, model, path, interpreter=True)
+    assert under.cpu_settings == "xnnpack"
+    # Asked for by name, a setting is what it says.
+    for asked in ("builtin", "xnnpack"):
+        named = LiteRTModel(data, model, path, cpu_kernels=asked)
+        assert named.cpu_settings == asked
 
 
 def test_a_translators_loops_run_the_kernels_of_its_own_file():
