@@ -24,6 +24,8 @@ costs alone.
 import json
 import os
 import queue
+import threading
+import weakref
 
 import numpy as np
 
@@ -46,6 +48,10 @@ SETTINGS, TOKENIZER, BUNDLE = (
 MAGIC, BLOCK = b"LITERTLM", 16 * 1024
 TOKENS, POSITIONS, LOGITS, DECODE = "tokens", "input_pos", "logits", "decode"
 OUTPUT = "completion"
+# The streams a copy serves in turn, by default, in a server: at 16
+# clients on two cores, four a copy gave about 80 streams a second and
+# eight about 75.
+STREAMS_PER_COPY = 4
 TEXT = {"text": ("string", [None])}
 
 
@@ -108,15 +114,26 @@ def prompt_ids(tokenizer, start_id, prefix, suffix, text):
     return [start_id, *tokenizer.encode(prompt, add_special_tokens=False).ids]
 
 
+class TextPieces:
+    """The text each token id adds to the text decoded so far: `add(id)`
+    gives it (`""` while it may still change, `PieceByPiece`); special
+    tokens are kept, as the engine keeps them."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.ids, self.out = tokenizer, [], PieceByPiece()
+
+    def add(self, token):
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=False)
+        return self.out.next(text)
+
+
 def text_pieces(tokenizer, token_ids):
-    """Yield the text each id of `token_ids` adds to the text decoded so
-    far (special tokens kept, as the engine keeps them; a piece that may
-    still change waits, `PieceByPiece`)."""
-    new, out = [], PieceByPiece()
+    """Yield the text each id of `token_ids` adds (`TextPieces`), the
+    pieces that say something."""
+    pieces = TextPieces(tokenizer)
     for token in token_ids:
-        new.append(token)
-        piece = out.next(tokenizer.decode(new, skip_special_tokens=False))
-        if piece:
+        if piece := pieces.add(token):
             yield piece
 
 
@@ -141,20 +158,23 @@ def chooser(sampling):
     return choose
 
 
-# What a call costs beyond its tokens, in tokens: a prefill call of 8
-# tokens takes about as long as 16 tokens' share of a call of 32.
-CALL_COST = 8
+# What a call costs beyond its tokens, in tokens, on the copies' kernels
+# (the shipped bundle, one x86-64 core): on the builtin kernels a prefill
+# of 8 tokens took 2.3 ms and one of 32 tokens 5.7 ms (a call's share
+# about 8 tokens); on XNNPACK's, 1.24 and 1.54 ms (about 80).
+CALL_COSTS = {"builtin": 8, "xnnpack": 80}
 
 
-def chunks(count, lengths):
+def chunks(count, lengths, call_cost=CALL_COSTS["builtin"]):
     """The prefill lengths to run, in order, for `count` tokens: those
-    that cost least, counting each call's padded tokens and `CALL_COST`
-    (9 tokens over lengths 8 and 32: 8 then 8, not 32)."""
+    that cost least, counting each call's padded tokens and `call_cost`
+    (9 tokens over lengths 8 and 32 at a cost of 8: 8 then 8, not 32;
+    at a cost of 80: 32)."""
     best = {0: (0, ())}
     for rest in range(1, count + 1):
         best[rest] = min(
             (
-                n + CALL_COST + best[max(rest - n, 0)][0],
+                n + call_cost + best[max(rest - n, 0)][0],
                 (n,) + best[max(rest - n, 0)][1],
             )
             for n in lengths
@@ -176,6 +196,80 @@ class _Copy:
         }
 
 
+_END = object()
+
+
+class _Stream:
+    """One stream in the copies' line: `calls` (a generator that runs one
+    call a `next`, on the copy in `copy`, and gives its tokens to `put`),
+    until it ends (`put(_END)`), fails (`put(err)`), or its reader stops
+    it (`stop` set, or the reader gone). `put` defaults to a queue's, for
+    `read`."""
+
+    def __init__(self, calls, stop, put=None):
+        self.out = queue.SimpleQueue()
+        self.put, self.stop, self.copy = put or self.out.put, stop, None
+        self.calls, self.abandoned = calls(self), False
+
+    def turn(self, copy):
+        """Run the next call on `copy`; whether the stream goes on."""
+        if self.abandoned or (self.stop is not None and self.stop.is_set()):
+            self.calls.close()
+            self.put(_END)
+            return False
+        self.copy = copy
+        try:
+            next(self.calls)
+        except StopIteration:
+            self.put(_END)
+            return False
+        except Exception as err:  # the reader gets the model's failure
+            self.put(err)
+            return False
+        return True
+
+    def read(self):
+        """The stream's tokens, as its calls decide them (`_Reader`)."""
+        return _Reader(self)
+
+
+class _Reader:
+    """An iterator over a `_Stream`'s tokens; closing it, or dropping it
+    read or not, takes the stream out of the line at its next turn."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        stream = self._stream
+        if stream.abandoned:
+            raise StopIteration
+        item = stream.out.get()
+        if item is _END:
+            stream.abandoned = True
+            raise StopIteration
+        if isinstance(item, Exception):
+            stream.abandoned = True
+            raise item
+        return item
+
+    def close(self):
+        self._stream.abandoned = True
+
+    __del__ = close
+
+
+def _serve_turns(line, copy):
+    """A copy's thread: the stream at the head of `line` has its next
+    call, then goes to the back, until `None` (its generator is gone)."""
+    while (stream := line.get()) is not None:
+        if stream.turn(copy):
+            line.put(stream)
+
+
 class ServedFolder:
     """What a served decoder-only folder answers, whatever runs it (its
     bundle here, its Keras model in `keras_attn.loading.opener`): `text`
@@ -191,7 +285,12 @@ class ServedFolder:
     def check_prompt(self, text):
         """A `PromptTooLong` for a prompt that leaves the model no room
         to answer in its context."""
-        count, limit = self.prompt_length(text), self.context_length - 1
+        self.check_length(self.prompt_length(text))
+
+    def check_length(self, count):
+        """A `PromptTooLong` for a prompt of `count` tokens that leaves
+        the model no room to answer in its context."""
+        limit = self.context_length - 1
         if count > limit:
             raise PromptTooLong(limit, count, "tokens")
 
@@ -220,6 +319,10 @@ class BundleGenerator(ServedFolder):
     Attributes:
         cpu_settings: the CPU settings the copies run on
             (`keras_attn_runtime.engine.LiteRTModel.cpu_settings`).
+        call_cost: what a call costs beyond its tokens on those kernels,
+            in tokens (`CALL_COSTS`), which decides a prompt's chunks.
+        stream_capacity: the streams the copies serve in turn before a
+            server's next request waits (`STREAMS_PER_COPY` a copy).
 
     As a served artifact (`keras_attn_runtime.opener.StreamingArtifact`):
     `text` in, `completion` out, under TensorFlow Serving's default key
@@ -257,11 +360,20 @@ class BundleGenerator(ServedFolder):
         self.stop_ids = {self._id(t) for t in settings["stop_tokens"]}
         path = os.path.join(folder, BUNDLE)
         data, model = bundle_model(path)
-        self._copies = queue.Queue()
-        for _ in range(loops):
-            self._copies.put(_Copy(data, model, path, cpu_kernels))
-        copy = self._copies.queue[0]
+        copies = [_Copy(data, model, path, cpu_kernels) for _ in range(loops)]
+        self._copies, self._line = tuple(copies), queue.SimpleQueue()
+        for i, copy in enumerate(copies):
+            threading.Thread(
+                target=_serve_turns,
+                args=(self._line, copy),
+                name=f"keras_attn_runtime bundle copy {i}",
+                daemon=True,
+            ).start()
+        # The copies' threads end with this generator.
+        weakref.finalize(self, _close_line, self._line, loops)
+        copy = copies[0]
         self.cpu_settings = copy.litert.cpu_settings
+        self.call_cost = CALL_COSTS[self.cpu_settings.split(":")[0]]
         decode = copy.litert.signatures[DECODE]
         self._caches = {
             name: spec
@@ -273,7 +385,7 @@ class BundleGenerator(ServedFolder):
             for k in copy.litert.signatures
             if k.startswith("prefill_")
         )
-        self.stream_capacity = None
+        self.stream_capacity = STREAMS_PER_COPY * loops
         super().__init__()
 
     def _id(self, token):
@@ -294,53 +406,38 @@ class BundleGenerator(ServedFolder):
     def prompt_length(self, text):
         return len(self.prompt_ids(text))
 
-    def _call(self, name, **feed):
-        copy = self._copies.get()
-        try:
-            return copy.runners[name](**feed)
-        finally:
-            self._copies.put(copy)
-
     def _empty(self):
         return {
             name: np.zeros(spec["shape"], spec["dtype"])
             for name, spec in self._caches.items()
         }
 
-    def _prefill(self, ids):
-        """The caches after `ids` (a prompt but its last token), in chunks
-        of the prefill lengths (`chunks`), each padded with token 0 at
-        position 0."""
-        caches, done = self._empty(), 0
-        for n in chunks(len(ids), self.prefill_lengths):
-            chunk = ids[done : done + n]
-            tokens = np.zeros((1, n), "int32")
-            positions = np.zeros((n,), "int32")
-            tokens[0, : len(chunk)] = chunk
-            positions[: len(chunk)] = np.arange(done, done + len(chunk))
-            out = self._call(
-                f"prefill_{n}", tokens=tokens, input_pos=positions, **caches
-            )
-            caches = {name: out[name] for name in caches}
-            done += len(chunk)
-        return caches
-
-    def token_ids(self, text, stop=None, sampling=None):
-        """Yield the continuation's ids one at a time (a stop token
-        ends it, left out), until the context is full or `stop` is set."""
-        self.check_prompt(text)
+    def _calls(self, ids, sampling, stream):
+        """A stream's calls, one a `next`, on `stream.copy`: the prompt
+        but its last token prefilled in chunks of the prefill lengths
+        (`chunks`), each padded with token 0 at position 0, then a token
+        a call from the last, each put in `stream.out`, until a stop
+        token (left out) or the end of the context."""
         # The logits as they come (nothing banned), as the engine reads
         # them; a stop token ends the search.
         stops = sorted(self.stop_ids)
         search = TokenSearch(1, stops, chooser(sampling), banned_ids=None)
-        ids = self.prompt_ids(text)
-        caches = self._prefill(ids[:-1])
+        caches, done, prompt = self._empty(), 0, ids[:-1]
+        for n in chunks(len(prompt), self.prefill_lengths, self.call_cost):
+            chunk = prompt[done : done + n]
+            tokens = np.zeros((1, n), "int32")
+            positions = np.zeros((n,), "int32")
+            tokens[0, : len(chunk)] = chunk
+            positions[: len(chunk)] = np.arange(done, done + len(chunk))
+            out = stream.copy.runners[f"prefill_{n}"](
+                tokens=tokens, input_pos=positions, **caches
+            )
+            caches = {name: out[name] for name in caches}
+            done += len(chunk)
+            yield
         token, position = ids[-1], len(ids) - 1
         while position < self.context_length - 1:
-            if stop is not None and stop.is_set():
-                return
-            out = self._call(
-                DECODE,
+            out = stream.copy.runners[DECODE](
                 tokens=np.array([[token]], "int32"),
                 input_pos=np.array([position], "int32"),
                 **caches,
@@ -350,13 +447,49 @@ class BundleGenerator(ServedFolder):
             position += 1
             if search.done.all():
                 return
-            yield int(token)
+            stream.put(int(token))
+            yield
+
+    def _enter(self, text, stop, sampling, put=None):
+        """A `_Stream` of `text`'s continuation, in the line."""
+        ids = self.prompt_ids(text)
+        self.check_length(len(ids))
+        stream = _Stream(lambda s: self._calls(ids, sampling, s), stop, put)
+        self._line.put(stream)
+        return stream
+
+    def token_ids(self, text, stop=None, sampling=None):
+        """Yield the continuation's ids one at a time (a stop token
+        ends it, left out), until the context is full or `stop` is set.
+        The calls run on the copies' threads, in turn with every other
+        stream's; closing this iterator takes the stream out of the
+        line."""
+        return self._enter(text, stop, sampling).read()
 
     def stream(self, text, stop=None, sampling=None):
         """The completion's pieces as its tokens are decided
         (`text_pieces`)."""
         ids = self.token_ids(text, stop, sampling)
         return text_pieces(self.tokenizer, ids)
+
+    def stream_into(self, text, put, stop=None, sampling=None):
+        """`stream`'s pieces handed to `put` on the copies' threads, as
+        they are decided, then `put(None)` at the end (a stop token, the
+        context full, or `stop` set), or `put(err)` with the model's
+        failure; nothing waits on a thread of the caller's (an event
+        loop's `call_soon_threadsafe`, say; `put` must not block). A
+        prompt past the window raises here, before any call."""
+        pieces = TextPieces(self.tokenizer)
+
+        def handed(item):
+            if item is _END:
+                put(None)
+            elif isinstance(item, Exception):
+                put(item)
+            elif piece := pieces.add(item):
+                put(piece)
+
+        self._enter(text, stop, sampling, handed)
 
     def generate(self, texts):
         """The completion of each text, greedily."""
@@ -369,3 +502,8 @@ class BundleGenerator(ServedFolder):
 
     def completions(self, texts):
         return self.generate(texts)
+
+
+def _close_line(line, loops):
+    for _ in range(loops):
+        line.put(None)

@@ -99,6 +99,10 @@ class StreamingArtifact(Protocol):
     - `sampling`: whether `stream` takes `sampling=` (`{"temperature",
       "top_k", "top_p", "seed"}`: a sampled answer), else it answers
       with its own search only.
+
+    Optional: `stream_into(text, put, stop=None, ...)`, the pieces handed
+    to `put` from the artifact's own threads, then `None` (or the
+    failure); the server then gives a stream no thread.
     """
 
     concurrent_streams: bool

@@ -274,16 +274,17 @@ async def _pieces(model, prompt, sampling=None):
     """The pieces of `model`'s streamed answer to `prompt`, decoded on
     the model's executor (one model call at a time, as every route's),
     or, for a generator that decodes every caller in one loop
-    (`concurrent_streams`), on a thread of its own that waits for it;
-    closing this iterator (a client that hung up) stops the decoding
-    between two tokens."""
+    (`concurrent_streams`), on a thread of its own that waits for it,
+    or, for one that hands its pieces over from its own threads
+    (`stream_into`), with no thread of ours; closing this iterator (a
+    client that hung up) stops the decoding between two tokens."""
     loop = asyncio.get_running_loop()
     queue, stop, done = asyncio.Queue(), threading.Event(), object()
     generator, finished = model.generator, loop.create_future()
+    extra = {} if sampling is None else {"sampling": sampling}
 
     def produce():
         try:
-            extra = {} if sampling is None else {"sampling": sampling}
             for piece in generator.stream(prompt, stop, **extra):
                 loop.call_soon_threadsafe(queue.put_nowait, piece)
         except Exception as err:  # a model failure ends the stream
@@ -291,7 +292,22 @@ async def _pieces(model, prompt, sampling=None):
         loop.call_soon_threadsafe(queue.put_nowait, done)
         loop.call_soon_threadsafe(finished.set_result, None)
 
-    if generator.concurrent_streams:
+    def handed(item):  # in the loop: a piece, a failure, or the end
+        if item is None or isinstance(item, Exception):
+            finished.set_result(None)
+        queue.put_nowait(done if item is None else item)
+        if isinstance(item, Exception):
+            queue.put_nowait(done)
+
+    if callable(getattr(generator, "stream_into", None)):
+        generator.stream_into(
+            prompt,
+            lambda item: loop.call_soon_threadsafe(handed, item),
+            stop,
+            **extra,
+        )
+        worker = finished
+    elif generator.concurrent_streams:
         threading.Thread(target=produce, daemon=True).start()
         worker = finished
     else:

@@ -176,19 +176,34 @@ def test_greedy_answers_are_litert_lms_on_the_same_bundle(generator, tmp_path):
 
 
 def test_a_prompt_is_prefilled_in_the_chunks_that_cost_least():
-    from keras_attn_runtime.generator import CALL_COST, chunks
+    from keras_attn_runtime.generator import CALL_COSTS, chunks
 
-    for count in range(0, 130):
-        got = chunks(count, [8, 32])
-        assert sum(got) >= count  # every token prefilled
-        assert sum(got[:-1]) < count or not got  # only the last padded
-        cost = sum(n + CALL_COST for n in got)
-        # No single length, nor eights alone, costs less.
-        for n in (8, 32):
-            calls = -(-count // n)
-            assert cost <= calls * (n + CALL_COST)
-    assert chunks(9, [8, 32]) == [8, 8]
-    assert chunks(20, [8, 32]) == [32]
+    for cost_of_a_call in CALL_COSTS.values():
+        for count in range(0, 130):
+            got = chunks(count, [8, 32], cost_of_a_call)
+            assert sum(got) >= count  # every token prefilled
+            assert sum(got[:-1]) < count or not got  # only the last padded
+            cost = sum(n + cost_of_a_call for n in got)
+            # No single length, nor eights alone, costs less.
+            for n in (8, 32):
+                calls = -(-count // n)
+                assert cost <= calls * (n + cost_of_a_call)
+    assert chunks(9, [8, 32], CALL_COSTS["builtin"]) == [8, 8]
+    assert chunks(20, [8, 32], CALL_COSTS["builtin"]) == [32]
+    # On XNNPACK's kernels a call costs far more than its tokens.
+    assert chunks(9, [8, 32], CALL_COSTS["xnnpack"]) == [32]
+    assert sorted(chunks(40, [8, 32], CALL_COSTS["xnnpack"])) == [8, 32]
+
+
+def test_the_chunks_follow_the_kernels_the_copies_run(generator):
+    from keras_attn_runtime.generator import CALL_COSTS, BundleGenerator
+
+    assert generator.cpu_settings == "xnnpack"
+    assert generator.call_cost == CALL_COSTS["xnnpack"]
+    builtin = BundleGenerator(LM, loops=1, cpu_kernels="builtin")
+    assert builtin.call_cost == CALL_COSTS["builtin"]
+    # The same answers, whichever chunks the prompt was prefilled in.
+    assert builtin.generate(SENTENCES) == generator.generate(SENTENCES)
 
 
 def test_without_tokenizers_the_folder_says_what_to_install(monkeypatch):
@@ -197,3 +212,158 @@ def test_without_tokenizers_the_folder_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     with pytest.raises(ImportError, match=r"keras-attn-runtime\[generator\]"):
         BundleGenerator(LM)
+
+
+def _counted(generator, calls):
+    """Each copy's runners, wrapped to append their signature's name to
+    `calls` (a list) when called."""
+    for copy in generator._copies:
+        for name, runner in list(copy.runners.items()):
+
+            def counted(runner=runner, name=name, **feed):
+                calls.append(name)
+                return runner(**feed)
+
+            copy.runners[name] = counted
+
+
+def test_a_prompt_is_prefilled_between_the_calls_of_the_streams_decoding():
+    from keras_attn_runtime.generator import BundleGenerator
+
+    one = BundleGenerator(LM, loops=1)
+    calls = []
+    _counted(one, calls)
+    decoding = one.token_ids(
+        "Tomorrow morning we will take the early train to the sea."
+    )
+    next(decoding)  # the first stream decodes
+    long = "We walked along the river until the sun went down. " * 3
+    assert one.prompt_length(long) > 32  # prefilled in two chunks
+    later = one.token_ids(long)
+    rest = list(decoding)
+    list(later)
+    prefills = [i for i, name in enumerate(calls) if name.startswith("prefill")]
+    # The first stream's prefill, then the second's two chunks, each
+    # followed by a call of the first stream while it still decodes.
+    assert len(prefills) == 3
+    assert calls[prefills[1] + 1] == "decode"
+    assert prefills[2] - prefills[1] >= 2
+    assert len(rest) > 2
+
+
+def test_a_stream_its_reader_leaves_stops_decoding():
+    import time
+
+    from keras_attn_runtime.generator import BundleGenerator
+
+    one = BundleGenerator(LM, loops=1)
+    calls = []
+    _counted(one, calls)
+    reader = one.token_ids("We will go to the station tomorrow morning.")
+    next(reader)
+    reader.close()
+    time.sleep(0.2)
+    made = len(calls)
+    time.sleep(0.2)
+    assert len(calls) == made  # no call since
+    assert made <= 4  # its prefill, the first token, at most one more
+    # The copy goes on serving.
+    assert one.generate([SENTENCES[0]])[0].startswith("Je suis fatigu")
+
+
+def test_a_model_failure_reaches_its_reader_and_the_copies_go_on():
+    from keras_attn_runtime.generator import BundleGenerator
+
+    one = BundleGenerator(LM, loops=1)
+    (copy,) = one._copies
+    decode = copy.runners["decode"]
+
+    def broken(**feed):
+        raise RuntimeError("the decode call failed")
+
+    copy.runners["decode"] = broken
+    with pytest.raises(RuntimeError, match="the decode call failed"):
+        list(one.stream(SENTENCES[0]))
+    copy.runners["decode"] = decode
+    assert one.generate([SENTENCES[0]])[0].startswith("Je suis fatigu")
+
+
+def test_the_copies_threads_end_with_their_generator():
+    import gc
+
+    from keras_attn_runtime.generator import BundleGenerator
+
+    def copies_threads():
+        return [
+            t
+            for t in threading.enumerate()
+            if t.name.startswith("keras_attn_runtime bundle copy")
+        ]
+
+    before = set(copies_threads())
+    two = BundleGenerator(LM, loops=2)
+    two.generate([SENTENCES[0]])
+    own = set(copies_threads()) - before
+    assert len(own) == 2
+    del two
+    gc.collect()
+    for thread in own:
+        thread.join(10)
+        assert not thread.is_alive()
+
+
+def _handed(generator, text, **kwargs):
+    """What `stream_into` hands over for `text`, and the threads it was
+    handed on, once it ends."""
+    import queue
+
+    got, threads = queue.SimpleQueue(), set()
+
+    def put(item):
+        threads.add(threading.get_ident())
+        got.put(item)
+
+    generator.stream_into(text, put, **kwargs)
+    items = []
+    while True:
+        item = got.get(timeout=60)
+        items.append(item)
+        if item is None or isinstance(item, Exception):
+            return items, threads
+
+
+def test_pieces_handed_over_from_the_copies_threads_are_the_stream(generator):
+    sampling = {"temperature": 1.3, "top_p": 0.95, "seed": 5}
+    for sentence in SENTENCES:
+        items, threads = _handed(generator, sentence)
+        assert items[-1] is None
+        assert items[:-1] == list(generator.stream(sentence))
+        assert threading.get_ident() not in threads
+        items, _ = _handed(generator, sentence, sampling=sampling)
+        joined = "".join(generator.stream(sentence, sampling=sampling))
+        assert "".join(items[:-1]) == joined
+    stop = threading.Event()
+    stop.set()
+    assert _handed(generator, SENTENCES[0], stop=stop)[0] == [None]
+
+
+def test_a_failure_is_handed_over_and_a_long_prompt_refused_at_once():
+    from keras_attn_runtime.generator import BundleGenerator
+    from keras_attn_runtime.opener import PromptTooLong
+
+    one = BundleGenerator(LM, loops=1)
+    (copy,) = one._copies
+    calls = []
+    _counted(one, calls)
+    with pytest.raises(PromptTooLong):
+        one.stream_into("word " * 200, lambda item: None)
+    assert calls == []
+    decode = copy.runners["decode"]
+
+    def broken(**feed):
+        raise RuntimeError("the decode call failed")
+
+    copy.runners["decode"] = broken
+    items, _ = _handed(one, SENTENCES[0])
+    assert len(items) == 1 and "decode call failed" in str(items[0])
+    copy.runners["decode"] = decode

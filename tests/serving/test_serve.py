@@ -252,6 +252,20 @@ def test_client_errors_are_one_log_line_each(served):
     assert all(len(line) < 600 for line in warnings), warnings
 
 
+def test_an_answered_request_is_one_log_line(served):
+    # KServe's timing middleware logged two more lines a request, one of
+    # them the whole process's CPU time as the request's.
+    port, _ = served
+    proc = SERVED_PROCESS[0]
+    before = output_all(proc)
+    status, _ = post(port, "imdb_edge", {"instances": REVIEWS[:1]})
+    assert status == 200
+    time.sleep(0.5)
+    logged = output_all(proc)[len(before) :].splitlines()
+    assert len(logged) == 1, logged
+    assert "POST /v1/models/imdb_edge%3Apredict" in logged[0], logged
+
+
 def output_all(proc):
     proc.log.seek(0)
     return proc.log.read()
