@@ -8,7 +8,8 @@ The same inputs as `benchmarks.litert_engines` (test reviews at their
 own length, the first English sentences of `pairs.tsv`), the settings
 alternating input by input in one process so that drift falls on all.
 Rows: each file's median latency per call under each setting (and the
-settings `auto` chose), its ratio to XNNPACK's default on one thread
+settings and engine `auto` chose: `CompiledModel`, or the Interpreter
+for a dynamic-range file), its ratio to XNNPACK's default on one thread
 (the goal for the default: at most 1.1), and whether its outputs
 equalled the default's bit for bit (and the largest difference of a
 float output, a translator's scores and alignments included).
@@ -49,7 +50,8 @@ def runners(path, key):
         litert = LiteRTModel(
             data, model, path, num_threads=threads, cpu_kernels=kernels
         )
-        out[(kernels, threads)] = litert.cpu_settings, litert.runner(key)
+        used = litert.cpu_settings, litert.engine
+        out[(kernels, threads)] = used, litert.runner(key)
     return out
 
 
@@ -83,7 +85,8 @@ def measure(path, n):
     return [
         {
             "cpu_kernels": kernels,
-            "settings": chosen[(kernels, threads)][0],
+            "settings": chosen[(kernels, threads)][0][0],
+            "engine": chosen[(kernels, threads)][0][1],
             "threads": threads,
             "inputs": len(rows),
             "median_ms": round(

@@ -75,7 +75,7 @@ def engines(path, key):
     from keras_attn_runtime.engine import LiteRTModel
 
     data, model = load_verified(path)
-    compiled = LiteRTModel(data, model, path, num_threads=1)
+    compiled = LiteRTModel(data, model, path, num_threads=1, interpreter=False)
     assert compiled.engine == "compiled_model", compiled.interpreter_reason
     runner = compiled.runner(key)
     classic = Interpreter(model_path=path, num_threads=1)

@@ -1,6 +1,8 @@
 """Running a LiteRT file: LiteRT's `CompiledModel` on the CPU, a GPU or
 an NPU, with the buffers it creates itself; its classic `Interpreter`
-only for the files `CompiledModel` cannot run, each named.
+for the files `CompiledModel` cannot run, each named, and by default on
+the CPU for a dynamic-range file (`keras_attn_runtime.kernels.
+prefers_interpreter`: XNNPACK's speed, the same numbers every time).
 
 Both engines are called the same way: `LiteRTModel.runner(key)` is a
 callable taking the signature's inputs as NumPy arrays by name and
@@ -18,6 +20,7 @@ from keras_attn_runtime.kernels import (
     check_cpu_kernels,
     cpu_settings,
     file_kind,
+    prefers_interpreter,
 )
 
 ACCELERATORS = ("cpu", "gpu", "npu")
@@ -127,20 +130,23 @@ class LiteRTModel:
             for the file's kind the fastest settings that give the same
             numbers for the same input whatever the process, the threads,
             the load or the callers (`cpu_settings`: XNNPACK with
-            consistent arithmetic for a full-integer file, LiteRT's
-            builtin kernels for the others; under the Interpreter,
-            XNNPACK's defaults); `"builtin"`, LiteRT's own
-            kernels, always; or `"xnnpack"`, XNNPACK with LiteRT's
-            default flags, faster (1.7x on the shipped translator) but,
-            on dynamic-range int8 files, not the same from one process
-            or call to the next (docs/edge.md, "Threads and
-            determinism").
-        interpreter: run the file under the `Interpreter` even where
-            `CompiledModel` can (the CPU only): its calls let other Python
-            threads run meanwhile, so that several copies of a file work
-            on several cores (`keras_attn_runtime.batching`); on the
-            builtin kernels, the same numbers as `CompiledModel`'s.
-            Defaults to `False`.
+            consistent arithmetic for a full-integer file; under the
+            Interpreter, where a dynamic-range file runs by default,
+            XNNPACK's defaults; LiteRT's builtin kernels otherwise);
+            `"builtin"`, LiteRT's own kernels, always; or `"xnnpack"`,
+            XNNPACK with LiteRT's default flags, which under
+            `CompiledModel` once answered dynamic-range int8 files
+            differently from one process or call to the next
+            (docs/edge.md, "Threads and determinism").
+        interpreter: `True` runs the file under the `Interpreter` even
+            where `CompiledModel` can (the CPU only): its calls let other
+            Python threads run meanwhile, so that several copies of a
+            file work on several cores (`keras_attn_runtime.batching`);
+            on the builtin kernels, the same numbers as `CompiledModel`'s.
+            `False` runs it under `CompiledModel` where it can. Defaults
+            to `None`: the Interpreter for a dynamic-range file on the
+            CPU with `cpu_kernels="auto"` (`prefers_interpreter`),
+            `CompiledModel` otherwise.
 
     Attributes:
         kind: `"full_integer"`, `"dynamic_range"` or `"float"`
@@ -149,8 +155,8 @@ class LiteRTModel:
             (LiteRT's default flags) or `"xnnpack:0x201"` (the flags
             given); on another accelerator, for what falls back.
         engine: `"compiled_model"`, or `"interpreter"` for a file that
-            `CompiledModel` cannot run (`interpreter_reason` says why) or
-            when asked.
+            `CompiledModel` cannot run (`interpreter_reason` says why),
+            for a dynamic-range file by default, or when asked.
         fully_accelerated: `CompiledModel.is_fully_accelerated()`: every
             op on the accelerator (always `True` on the CPU, `False`
             under the Interpreter).
@@ -165,11 +171,13 @@ class LiteRTModel:
         num_threads=1,
         accelerator="cpu",
         cpu_kernels="auto",
-        interpreter=False,
+        interpreter=None,
     ):
         check_accelerator(accelerator)
         check_num_threads(num_threads)
         check_cpu_kernels(cpu_kernels)
+        if interpreter is None and accelerator != "cpu":
+            interpreter = False
         if interpreter and accelerator != "cpu":
             raise ValueError(
                 "The Interpreter runs on the CPU only. Received: "
@@ -189,6 +197,8 @@ class LiteRTModel:
                 f"{self.interpreter_reason}. Export it again with this "
                 "keras_attn, or run it with accelerator='cpu'."
             )
+        if interpreter is None:
+            interpreter = prefers_interpreter(cpu_kernels, self.kind)
         compiled = self.interpreter_reason is None and not interpreter
         kernels, flags = cpu_settings(cpu_kernels, self.kind, not compiled)
         self.cpu_settings = (
@@ -333,6 +343,7 @@ class _InterpreterRunner:
     def __init__(self, runner, spec):
         self._runner = runner
         self._spec = spec
+        self._first_run = True
 
     def get_input_details(self):
         return self._spec["inputs"]
@@ -342,9 +353,14 @@ class _InterpreterRunner:
 
     def __call__(self, **feed):
         arrays = _checked_inputs(self._spec["inputs"], feed)
+        # The first run applies XNNPACK's delegate, which logs.
+        quiet = native_logs.captured() if self._first_run else nullcontext()
+        with quiet:
+            out = self._runner(**arrays)
+        self._first_run = False
         # The runner's outputs are its own copies already (a later call
         # does not write over them): no second copy.
-        return {k: np.asarray(v) for k, v in self._runner(**arrays).items()}
+        return {k: np.asarray(v) for k, v in out.items()}
 
 
 def _shared_outputs(spec, out):

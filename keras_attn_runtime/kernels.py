@@ -70,20 +70,33 @@ def file_kind(model):
     return FULL_INTEGER if quantized else FLOAT
 
 
+def prefers_interpreter(cpu_kernels, kind):
+    """Whether `cpu_kernels` runs a file of `kind` on the CPU under LiteRT's
+    Interpreter rather than `CompiledModel`: `"auto"` does for a
+    dynamic-range file. XNNPACK's speed on such a file comes from its
+    dynamically quantized operators; under `CompiledModel` they once
+    answered differently from one process or call to the next, under the
+    Interpreter (XNNPACK's defaults) they never have, and they run there
+    at `CompiledModel`'s XNNPACK speed (docs/edge.md, "Threads and
+    determinism")."""
+    return cpu_kernels == "auto" and kind == DYNAMIC_RANGE
+
+
 def cpu_settings(cpu_kernels, kind, interpreter=False):
     """`(kernels, xnnpack_flags or None)` that `cpu_kernels` means for a
     file of `kind` (`file_kind`), under the Interpreter or not.
 
     `"auto"` chooses, of the settings that gave one digest over
     processes, TensorFlow imported first or not, threads and concurrent
-    callers (`benchmarks/xnnpack_determinism.py`), the fastest. Under
-    `CompiledModel`: XNNPACK's signed int8 operators with consistent
-    arithmetic for a full-integer file (integer arithmetic, at XNNPACK's
-    speed), LiteRT's builtin kernels otherwise (a dynamic-range file's
-    fast path in XNNPACK quantizes its activations on the fly, and under
-    `CompiledModel` that path drifted: docs/edge.md). Under the
-    Interpreter, which takes no XNNPACK flags: XNNPACK with its default
-    flags, which did not drift there in the same runs."""
+    callers (`benchmarks/xnnpack_determinism.py`), the fastest. Under the
+    Interpreter, which takes no XNNPACK flags (where `"auto"` runs a
+    dynamic-range file, `prefers_interpreter`): XNNPACK with its default
+    flags. Under `CompiledModel`: XNNPACK's signed int8 operators with
+    consistent arithmetic for a full-integer file (integer arithmetic,
+    at XNNPACK's speed), LiteRT's builtin kernels otherwise (a
+    dynamic-range file's fast path in XNNPACK quantizes its activations
+    on the fly, and under `CompiledModel` that path drifted: docs/edge.md;
+    a float file's choice is not measured yet)."""
     check_cpu_kernels(cpu_kernels)
     if cpu_kernels != "auto":
         return cpu_kernels, None

@@ -156,7 +156,11 @@ def run_compiled_model(data, ids, cpu_kernels="auto"):
     from keras_attn_runtime.engine import LiteRTModel
 
     lite = LiteRTModel(
-        data, verify_model(data), "matrix row", cpu_kernels=cpu_kernels
+        data,
+        verify_model(data),
+        "matrix row",
+        cpu_kernels=cpu_kernels,
+        interpreter=False,
     )
     assert lite.engine == "compiled_model", lite.interpreter_reason
     (key,) = lite.signatures

@@ -80,8 +80,8 @@ def shipped(path):
     [
         ("imdb_edge", "full_integer", "xnnpack:0x201"),
         ("imdb_micro", "full_integer", "xnnpack:0x201"),
-        ("imdb_ssa", "dynamic_range", "builtin"),
-        ("translator", "dynamic_range", "builtin"),
+        ("imdb_ssa", "dynamic_range", "xnnpack"),
+        ("translator", "dynamic_range", "xnnpack"),
     ],
 )
 def test_each_kind_gets_its_settings(name, kind, settings):
@@ -92,6 +92,15 @@ def test_each_kind_gets_its_settings(name, kind, settings):
     data, model = load_verified(path)
     litert = LiteRTModel(data, model, path)
     assert (litert.kind, litert.cpu_settings) == (kind, settings)
+    # A dynamic-range file runs under the Interpreter by default, on
+    # XNNPACK's defaults; under CompiledModel, on the builtin kernels.
+    engine = "interpreter" if kind == "dynamic_range" else "compiled_model"
+    assert litert.engine == engine
+    compiled = LiteRTModel(data, model, path, interpreter=False)
+    assert compiled.engine == "compiled_model"
+    assert compiled.cpu_settings == (
+        "builtin" if kind == "dynamic_range" else settings
+    )
     # The Interpreter takes no XNNPACK flags: XNNPACK's defaults.
     under = LiteRTModel(data, model, path, interpreter=True)
     assert under.cpu_settings == "xnnpack"
@@ -103,19 +112,24 @@ def test_each_kind_gets_its_settings(name, kind, settings):
 
 def test_a_translators_loops_run_the_kernels_of_its_own_file():
     """A stream decoded in the shared loops (the Interpreter) is the
-    sentence's translation by the file itself (`CompiledModel`): the
-    loops take the file's own kernels, not the Interpreter's default."""
+    sentence's translation by the file itself: the loops take the file's
+    own kernels (XNNPACK's by default, the builtin kernels when asked),
+    not the Interpreter's default."""
     from keras_attn_runtime import LiteRTTranslator
 
-    translator = LiteRTTranslator(shipped(DYNAMIC_RANGE["translator"]))
-    loops = translator.batch_streams()
-    (batcher,) = loops.batchers
-    assert batcher.decoder.litert.engine == "interpreter"
-    assert batcher.decoder.litert.cpu_settings == "builtin"
     texts = sentences(6)
-    assert [translator.translate(t) for t in texts] == [
-        "".join(translator.stream(t)) for t in texts
-    ]
+    for asked, runs in (("auto", "xnnpack"), ("builtin", "builtin")):
+        translator = LiteRTTranslator(
+            shipped(DYNAMIC_RANGE["translator"]), cpu_kernels=asked
+        )
+        assert translator.litert.cpu_settings == runs
+        loops = translator.batch_streams()
+        (batcher,) = loops.batchers
+        assert batcher.decoder.litert.engine == "interpreter"
+        assert batcher.decoder.litert.cpu_settings == runs
+        assert [translator.translate(t) for t in texts] == [
+            "".join(translator.stream(t)) for t in texts
+        ]
 
 
 def test_the_digest_tells_settings_apart():

@@ -4,11 +4,13 @@ load, the number of callers or the process.
 Under `CompiledModel`, XNNPACK's kernels answered a review of the shipped
 dynamic-range int8 file differently from one call, caller or process to
 the next (by up to 1.6e-3 in probability; one thread or several, more
-often once TensorFlow was imported first). LiteRT's builtin kernels, which the
-default (`cpu_kernels="auto"`) chooses for such a file, answer as
-LiteRT's single-threaded Interpreter, every time and on any number of
-threads; XNNPACK with its default flags is an opt-in
-(`cpu_kernels="xnnpack"`). Full-integer files: `test_cpu_settings.py`.
+often once TensorFlow was imported first). The default
+(`cpu_kernels="auto"`) runs such a file under LiteRT's Interpreter on
+XNNPACK's defaults, which answer as a plain single-threaded Interpreter
+with XNNPACK, every time and on any number of threads; LiteRT's builtin
+kernels (`cpu_kernels="builtin"`, `CompiledModel`) answer as the
+Interpreter's builtin kernels. Full-integer files and every shipped file
+over processes: `test_cpu_settings.py`.
 """
 
 import os
@@ -29,10 +31,10 @@ TEXTS = ["great film " * k for k in range(1, 13)] + [
 ]
 
 
-def interpreter_answers(path, clf, texts):
-    """Each text's probability from LiteRT's Interpreter on one thread
-    and its builtin kernels, fed the runtime's own token ids (the
-    reference)."""
+def interpreter_answers(path, clf, texts, builtin=False):
+    """Each text's probability from LiteRT's Interpreter on one thread,
+    with XNNPACK's defaults or its builtin kernels, fed the runtime's own
+    token ids (the reference)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     runner = Interpreter(
@@ -40,6 +42,8 @@ def interpreter_answers(path, clf, texts):
         num_threads=1,
         experimental_op_resolver_type=(
             OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+            if builtin
+            else OpResolverType.AUTO
         ),
     ).get_signature_runner("serving_default")
     out = []
@@ -66,15 +70,29 @@ def answers(clf, texts):
 
 
 def test_the_default_answers_as_the_interpreter_bit_for_bit(classifier):
-    assert classifier.litert.engine == "compiled_model"
-    # A dynamic-range file: the default chooses LiteRT's builtin kernels.
+    # A dynamic-range file: the default runs the Interpreter, XNNPACK's
+    # defaults.
+    assert classifier.litert.engine == "interpreter"
     assert classifier.litert.kind == "dynamic_range"
     assert classifier.litert.cpu_kernels == "auto"
-    assert classifier.litert.cpu_settings == "builtin"
+    assert classifier.litert.cpu_settings == "xnnpack"
     want = interpreter_answers(DYNAMIC_INT8, classifier, TEXTS)
     # Twice: a second call at each length reuses the buffers of the first.
     assert answers(classifier, TEXTS) == want
     assert answers(classifier, TEXTS[::-1]) == want[::-1]
+
+
+def test_the_builtin_kernels_answer_as_the_interpreters_bit_for_bit(
+    classifier,
+):
+    from keras_attn_runtime import LiteRTClassifier
+
+    builtin = LiteRTClassifier(DYNAMIC_INT8, cpu_kernels="builtin")
+    assert builtin.litert.engine == "compiled_model"
+    assert builtin.litert.cpu_settings == "builtin"
+    want = interpreter_answers(DYNAMIC_INT8, classifier, TEXTS, builtin=True)
+    assert answers(builtin, TEXTS) == want
+    assert answers(builtin, TEXTS[::-1]) == want[::-1]
 
 
 @pytest.mark.parametrize("num_threads", [2, None])
@@ -106,13 +124,14 @@ def test_concurrent_callers_get_the_answers_of_one_caller(classifier):
     assert differ == []
 
 
-def test_the_opener_that_serve_uses_runs_the_builtin_kernels():
+def test_the_opener_that_serve_uses_runs_the_default():
     from keras_attn_runtime import opener
 
     if not os.path.isfile(DYNAMIC_INT8):
         pytest.skip("no shipped dynamic-range int8 file")
     artifact = opener.open(DYNAMIC_INT8)
-    assert artifact.classifier.litert.cpu_settings == "builtin"
+    assert artifact.classifier.litert.engine == "interpreter"
+    assert artifact.classifier.litert.cpu_settings == "xnnpack"
 
 
 def test_cpu_kernels_is_checked():
