@@ -57,6 +57,26 @@ def free_axes(path, key):
     return runner.get_input_details()
 
 
+def compiled_call(model, key, feed):
+    """Signature `key` of a `CompiledModel` run on `feed` as LiteRT
+    documents it: its inputs resized to the feed, buffers it creates
+    itself, each output read at the shape it declares."""
+    for name, value in feed.items():
+        model.resize_input_tensor_by_name(key, name, list(value.shape))
+    inputs = {n: model.create_input_buffer_by_name(key, n) for n in feed}
+    for name, value in feed.items():
+        inputs[name].write(value)
+    declared = model.get_output_tensor_details(key)
+    outputs = {n: model.create_output_buffer_by_name(key, n) for n in declared}
+    model.run_by_name(key, inputs, outputs)
+    out = {}
+    for name, spec in declared.items():
+        shape = [int(d) for d in spec["shape"]]
+        value = outputs[name].read(int(np.prod(shape)), np.dtype(spec["dtype"]))
+        out[name] = value.reshape(shape)
+    return out
+
+
 def run(path, flags=None, threads=1, calls=40, lengths=(1, 5, 7, 12)):
     from ai_edge_litert import compiled_model as litert
     from ai_edge_litert.cpu_kernel_mode import CpuKernelMode
@@ -74,22 +94,7 @@ def run(path, flags=None, threads=1, calls=40, lengths=(1, 5, 7, 12)):
     feeds = inputs(free_axes(path, key), lengths)
 
     def call(feed):
-        for name, value in feed.items():
-            model.resize_input_tensor_by_name(key, name, list(value.shape))
-        ins = {n: model.create_input_buffer_by_name(key, n) for n in feed}
-        for name, value in feed.items():
-            ins[name].write(value)
-        out_details = model.get_output_tensor_details(key)
-        outs = {
-            n: model.create_output_buffer_by_name(key, n) for n in out_details
-        }
-        model.run_by_name(key, ins, outs)
-        return {
-            n: outs[n]
-            .read(int(np.prod(d["shape"])), np.dtype(d["dtype"]))
-            .reshape([int(s) for s in d["shape"]])
-            for n, d in out_details.items()
-        }
+        return compiled_call(model, key, feed)
 
     first = [call(feed) for feed in feeds]
     digest = hashlib.sha256()

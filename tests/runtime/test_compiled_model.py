@@ -22,52 +22,45 @@ from keras_attn_runtime import LiteRTClassifier, LiteRTTranslator, engine
 from keras_attn_runtime.artifact import load_verified
 from tests.paths import ROOT
 
-# LiteRT's documented use: CompiledModel's own buffers, each output read
-# at the shape CompiledModel declares; then the Interpreter on the same
-# inputs. Prints the largest difference of each output.
+# LiteRT's documented use (`compiled_call` of the drift reproduction in
+# tools/, LiteRT and NumPy only): CompiledModel's own buffers, each
+# output read at the shape CompiledModel declares; then the Interpreter
+# on the same inputs. Prints the largest difference of each output.
 CHILD = textwrap.dedent(
     """
-    import json, sys
+    import importlib.util, json, sys
     import numpy as np
     from ai_edge_litert.compiled_model import CompiledModel
     from ai_edge_litert.interpreter import Interpreter
 
-    path, key = sys.argv[1], sys.argv[2]
+    tool, path, key = sys.argv[1:4]
+    spec = importlib.util.spec_from_file_location("xnnpack_drift", tool)
+    drift = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drift)
     feeds = [
         {n: np.array(v, dtype=d) for n, (v, d) in feed.items()}
-        for feed in json.loads(sys.argv[3])
+        for feed in json.loads(sys.argv[4])
     ]
     model = CompiledModel.from_file(path)
     interpreter = Interpreter(model_path=path).get_signature_runner(key)
     report = []
     for feed in feeds:
-        for name, array in feed.items():
-            model.resize_input_tensor_by_name(key, name, list(array.shape))
-        inputs = {n: model.create_input_buffer_by_name(key, n) for n in feed}
-        for name, array in feed.items():
-            inputs[name].write(array)
-        declared = model.get_output_tensor_details(key)
-        outputs = {
-            n: model.create_output_buffer_by_name(key, n) for n in declared
-        }
-        model.run_by_name(key, inputs, outputs)
+        got = drift.compiled_call(model, key, feed)
         want = interpreter(**feed)
         row = {}
-        for name, spec in declared.items():
-            shape = [int(d) for d in spec["shape"]]
-            got = outputs[name].read(int(np.prod(shape)), spec["dtype"])
-            got = got.reshape(shape)
+        for name, value in got.items():
             row[name] = {
-                "declared": shape,
+                "declared": list(value.shape),
                 "interpreter": list(want[name].shape),
                 "max_abs_diff": float(
-                    np.max(np.abs(got.astype("float64") - want[name]))
-                ) if got.shape == want[name].shape else None,
+                    np.max(np.abs(value.astype("float64") - want[name]))
+                ) if value.shape == want[name].shape else None,
             }
         report.append(row)
     print(json.dumps(report))
     """
 )
+TOOL = os.path.join(ROOT, "tools", "xnnpack_drift.py")
 
 
 def run_compiled(path, key, feeds, integer_outputs=()):
@@ -85,7 +78,7 @@ def run_compiled(path, key, feeds, integer_outputs=()):
         ]
     )
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, path, key, payload],
+        [sys.executable, "-c", CHILD, TOOL, path, key, payload],
         capture_output=True,
         text=True,
         timeout=300,

@@ -5,8 +5,6 @@ paths apart, and the calls that moved (none here)."""
 
 import importlib.util
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -54,21 +52,17 @@ def test_the_digest_tells_two_code_paths_apart(drift):
 
 
 def test_the_tool_needs_no_keras_attn():
-    code = (
-        "import runpy, sys\n"
-        f"sys.argv = [{TOOL!r}, {DYNAMIC!r}, '--calls', '2']\n"
-        "try:\n"
-        f"    runpy.run_path({TOOL!r}, run_name='__main__')\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "ours = [m for m in sys.modules if m.startswith('keras')]\n"
-        "assert not ours, ours\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=os.path.dirname(ROOT),
-    )
+    from tests.runtime.test_litert_runtime import run_python
+
+    done = run_python(f"""
+        import runpy, sys
+        sys.argv = [{TOOL!r}, {DYNAMIC!r}, "--calls", "2"]
+        try:
+            runpy.run_path({TOOL!r}, run_name="__main__")
+        except SystemExit:
+            pass
+        ours = [m for m in sys.modules if m.startswith("keras")]
+        assert not ours, ours
+    """)
     assert done.returncode == 0, done.stderr[-2000:]
     assert '"calls_that_moved": []' in done.stdout
