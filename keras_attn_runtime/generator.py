@@ -264,9 +264,15 @@ class _Reader:
 
 def _serve_turns(line, copy):
     """A copy's thread: the stream at the head of `line` has its next
-    call, then goes to the back, until `None` (its generator is gone)."""
+    call, then goes to the back, until `None` (its generator is gone). A
+    stream whose `put` fails (its reader's, say an event loop closed) is
+    dropped; the thread goes on with the others."""
     while (stream := line.get()) is not None:
-        if stream.turn(copy):
+        try:
+            going = stream.turn(copy)
+        except Exception:  # noqa: BLE001 (the reader's failure, not ours)
+            going = False
+        if going:
             line.put(stream)
 
 
@@ -416,7 +422,7 @@ class BundleGenerator(ServedFolder):
         """A stream's calls, one a `next`, on `stream.copy`: the prompt
         but its last token prefilled in chunks of the prefill lengths
         (`chunks`), each padded with token 0 at position 0, then a token
-        a call from the last, each put in `stream.out`, until a stop
+        a call from the last, each given to `stream.put`, until a stop
         token (left out) or the end of the context."""
         # The logits as they come (nothing banned), as the engine reads
         # them; a stop token ends the search.

@@ -367,3 +367,18 @@ def test_a_failure_is_handed_over_and_a_long_prompt_refused_at_once():
     items, _ = _handed(one, SENTENCES[0])
     assert len(items) == 1 and "decode call failed" in str(items[0])
     copy.runners["decode"] = decode
+
+
+def test_a_failing_put_drops_its_stream_and_not_the_copy():
+    from keras_attn_runtime.generator import BundleGenerator
+
+    one = BundleGenerator(LM, loops=1)
+
+    def closed(item):
+        raise RuntimeError("Event loop is closed")
+
+    one.stream_into(SENTENCES[1], closed)
+    # The copy's only thread still serves the next stream (`_handed`
+    # gives up after 60 s without a piece).
+    items, _ = _handed(one, SENTENCES[0])
+    assert "".join(items[:-1]).startswith("Je suis fatigu")
