@@ -9,10 +9,12 @@ engine feeds it: the start token, the prompt between the folder's prefix
 and suffix, every token but the last prefilled (over the prefill
 lengths, a chunk padded with token 0 at position 0), then one token a
 call from the last; greedy unless sampled. A stream's caches are its
-own arrays; the calls of every stream go to a pool of copies of the
-model (`loops`, one a core by default), a copy taken for one call at a
-time, so streams interleave token by token and one stream costs what it
-costs alone.
+own arrays. Streams are served in turn by copies of the model (`loops`,
+one a core by default), each on a thread of its own
+(`keras_attn_runtime.turns`): a call a turn (a prompt's chunk or a
+token), so streams interleave call by call, a prompt's prefill holds
+the streams already decoding for one call at a time, and one stream
+costs what it costs alone.
 
     from keras_attn_runtime.generator import BundleGenerator
 
@@ -23,9 +25,6 @@ costs alone.
 
 import json
 import os
-import queue
-import threading
-import weakref
 
 import numpy as np
 
@@ -37,6 +36,7 @@ from keras_attn_runtime.signature import (
     Signature,
 )
 from keras_attn_runtime.text import PieceByPiece
+from keras_attn_runtime.turns import END, Line
 
 FORMAT, VERSION = "keras_attn.text_generator", 1
 SETTINGS, TOKENIZER, BUNDLE = (
@@ -196,86 +196,6 @@ class _Copy:
         }
 
 
-_END = object()
-
-
-class _Stream:
-    """One stream in the copies' line: `calls` (a generator that runs one
-    call a `next`, on the copy in `copy`, and gives its tokens to `put`),
-    until it ends (`put(_END)`), fails (`put(err)`), or its reader stops
-    it (`stop` set, or the reader gone). `put` defaults to a queue's, for
-    `read`."""
-
-    def __init__(self, calls, stop, put=None):
-        self.out = queue.SimpleQueue()
-        self.put, self.stop, self.copy = put or self.out.put, stop, None
-        self.calls, self.abandoned = calls(self), False
-
-    def turn(self, copy):
-        """Run the next call on `copy`; whether the stream goes on."""
-        if self.abandoned or (self.stop is not None and self.stop.is_set()):
-            self.calls.close()
-            self.put(_END)
-            return False
-        self.copy = copy
-        try:
-            next(self.calls)
-        except StopIteration:
-            self.put(_END)
-            return False
-        except Exception as err:  # the reader gets the model's failure
-            self.put(err)
-            return False
-        return True
-
-    def read(self):
-        """The stream's tokens, as its calls decide them (`_Reader`)."""
-        return _Reader(self)
-
-
-class _Reader:
-    """An iterator over a `_Stream`'s tokens; closing it, or dropping it
-    read or not, takes the stream out of the line at its next turn."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        stream = self._stream
-        if stream.abandoned:
-            raise StopIteration
-        item = stream.out.get()
-        if item is _END:
-            stream.abandoned = True
-            raise StopIteration
-        if isinstance(item, Exception):
-            stream.abandoned = True
-            raise item
-        return item
-
-    def close(self):
-        self._stream.abandoned = True
-
-    __del__ = close
-
-
-def _serve_turns(line, copy):
-    """A copy's thread: the stream at the head of `line` has its next
-    call, then goes to the back, until `None` (its generator is gone). A
-    stream whose `put` fails (its reader's, say an event loop closed) is
-    dropped; the thread goes on with the others."""
-    while (stream := line.get()) is not None:
-        try:
-            going = stream.turn(copy)
-        except Exception:  # noqa: BLE001 (the reader's failure, not ours)
-            going = False
-        if going:
-            line.put(stream)
-
-
 class ServedFolder:
     """What a served decoder-only folder answers, whatever runs it (its
     bundle here, its Keras model in `keras_attn.loading.opener`): `text`
@@ -367,16 +287,8 @@ class BundleGenerator(ServedFolder):
         path = os.path.join(folder, BUNDLE)
         data, model = bundle_model(path)
         copies = [_Copy(data, model, path, cpu_kernels) for _ in range(loops)]
-        self._copies, self._line = tuple(copies), queue.SimpleQueue()
-        for i, copy in enumerate(copies):
-            threading.Thread(
-                target=_serve_turns,
-                args=(self._line, copy),
-                name=f"keras_attn_runtime bundle copy {i}",
-                daemon=True,
-            ).start()
-        # The copies' threads end with this generator.
-        weakref.finalize(self, _close_line, self._line, loops)
+        self._copies = tuple(copies)
+        self._line = Line(copies, "keras_attn_runtime bundle copy")
         copy = copies[0]
         self.cpu_settings = copy.litert.cpu_settings
         self.call_cost = CALL_COSTS[self.cpu_settings.split(":")[0]]
@@ -457,12 +369,12 @@ class BundleGenerator(ServedFolder):
             yield
 
     def _enter(self, text, stop, sampling, put=None):
-        """A `_Stream` of `text`'s continuation, in the line."""
+        """A `Stream` of `text`'s continuation, in the line."""
         ids = self.prompt_ids(text)
         self.check_length(len(ids))
-        stream = _Stream(lambda s: self._calls(ids, sampling, s), stop, put)
-        self._line.put(stream)
-        return stream
+        return self._line.enter(
+            lambda s: self._calls(ids, sampling, s), stop, put
+        )
 
     def token_ids(self, text, stop=None, sampling=None):
         """Yield the continuation's ids one at a time (a stop token
@@ -488,7 +400,7 @@ class BundleGenerator(ServedFolder):
         pieces = TextPieces(self.tokenizer)
 
         def handed(item):
-            if item is _END:
+            if item is END:
                 put(None)
             elif isinstance(item, Exception):
                 put(item)
@@ -508,8 +420,3 @@ class BundleGenerator(ServedFolder):
 
     def completions(self, texts):
         return self.generate(texts)
-
-
-def _close_line(line, loops):
-    for _ in range(loops):
-        line.put(None)

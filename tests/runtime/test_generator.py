@@ -289,27 +289,15 @@ def test_a_model_failure_reaches_its_reader_and_the_copies_go_on():
 
 
 def test_the_copies_threads_end_with_their_generator():
-    import gc
-
     from keras_attn_runtime.generator import BundleGenerator
+    from tests.runtime.test_turns import threads_end_with
 
-    def copies_threads():
-        return [
-            t
-            for t in threading.enumerate()
-            if t.name.startswith("keras_attn_runtime bundle copy")
-        ]
+    def used():
+        two = BundleGenerator(LM, loops=2)
+        two.generate([SENTENCES[0]])
+        return two
 
-    before = set(copies_threads())
-    two = BundleGenerator(LM, loops=2)
-    two.generate([SENTENCES[0]])
-    own = set(copies_threads()) - before
-    assert len(own) == 2
-    del two
-    gc.collect()
-    for thread in own:
-        thread.join(10)
-        assert not thread.is_alive()
+    threads_end_with(used, 2)
 
 
 def _handed(generator, text, **kwargs):
