@@ -227,12 +227,29 @@ def _counted(generator, calls):
             copy.runners[name] = counted
 
 
+def _second_token_waits(generator, calls, event):
+    """The one copy's decode made to wait for `event` (10 s at most)
+    before its second call (`calls`, as `_counted` keeps them); returns
+    the decode it wraps."""
+    (copy,) = generator._copies
+    decode = copy.runners["decode"]
+
+    def held(**feed):
+        if calls.count("decode") == 1:
+            event.wait(10)
+        return decode(**feed)
+
+    copy.runners["decode"] = held
+    return decode
+
+
 def test_a_prompt_is_prefilled_between_the_calls_of_the_streams_decoding():
     from keras_attn_runtime.generator import BundleGenerator
 
     one = BundleGenerator(LM, loops=1)
-    calls = []
+    calls, entered = [], threading.Event()
     _counted(one, calls)
+    _second_token_waits(one, calls, entered)  # for the second stream
     decoding = one.token_ids(
         "Tomorrow morning we will take the early train to the sea."
     )
@@ -240,6 +257,7 @@ def test_a_prompt_is_prefilled_between_the_calls_of_the_streams_decoding():
     long = "We walked along the river until the sun went down. " * 3
     assert one.prompt_length(long) > 32  # prefilled in two chunks
     later = one.token_ids(long)
+    entered.set()
     rest = list(decoding)
     list(later)
     prefills = [i for i, name in enumerate(calls) if name.startswith("prefill")]
@@ -257,16 +275,17 @@ def test_a_stream_its_reader_leaves_stops_decoding():
     from keras_attn_runtime.generator import BundleGenerator
 
     one = BundleGenerator(LM, loops=1)
-    calls = []
+    calls, closed = [], threading.Event()
     _counted(one, calls)
+    decode = _second_token_waits(one, calls, closed)  # for the reader
     reader = one.token_ids("We will go to the station tomorrow morning.")
     next(reader)
     reader.close()
-    time.sleep(0.2)
-    made = len(calls)
-    time.sleep(0.2)
-    assert len(calls) == made  # no call since
-    assert made <= 4  # its prefill, the first token, at most one more
+    closed.set()
+    time.sleep(0.3)
+    # Its prefill, the first token, the one under way: no call since.
+    assert calls == ["prefill_32", "decode", "decode"]
+    one._copies[0].runners["decode"] = decode
     # The copy goes on serving.
     assert one.generate([SENTENCES[0]])[0].startswith("Je suis fatigu")
 
