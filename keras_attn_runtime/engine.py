@@ -176,8 +176,6 @@ class LiteRTModel:
         check_accelerator(accelerator)
         check_num_threads(num_threads)
         check_cpu_kernels(cpu_kernels)
-        if interpreter is None and accelerator != "cpu":
-            interpreter = False
         if interpreter and accelerator != "cpu":
             raise ValueError(
                 "The Interpreter runs on the CPU only. Received: "
@@ -197,8 +195,10 @@ class LiteRTModel:
                 f"{self.interpreter_reason}. Export it again with this "
                 "keras_attn, or run it with accelerator='cpu'."
             )
-        if interpreter is None:
-            interpreter = prefers_interpreter(cpu_kernels, self.kind)
+        if interpreter is None:  # the Interpreter runs on the CPU only
+            interpreter = accelerator == "cpu" and prefers_interpreter(
+                cpu_kernels, self.kind
+            )
         compiled = self.interpreter_reason is None and not interpreter
         kernels, flags = cpu_settings(cpu_kernels, self.kind, not compiled)
         self.cpu_settings = (

@@ -296,8 +296,6 @@ async def _pieces(model, prompt, sampling=None):
         if item is None or isinstance(item, Exception):
             finished.set_result(None)
         queue.put_nowait(done if item is None else item)
-        if isinstance(item, Exception):
-            queue.put_nowait(done)
 
     if callable(getattr(generator, "stream_into", None)):
         generator.stream_into(
