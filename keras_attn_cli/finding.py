@@ -110,9 +110,14 @@ def _folder_file(folder, want):
         found = os.path.normpath(os.path.join(folder, "model.keras"))
         if os.path.isfile(found):
             return found
-        if want == "explain":  # else a LiteRT file with its attention
+        if want == "explain":  # else a LiteRT file, else a SavedModel
             found = artifact_in(folder)
-            return found if found and found.endswith(".tflite") else None
+            if found and found.endswith(".tflite"):
+                return found
+            for name in (".", "saved_model"):
+                found = os.path.normpath(os.path.join(folder, name))
+                if is_saved_model(found):
+                    return found
         return None
     if want == "translator":
         from keras_attn.models.text_generator import is_text_generator
@@ -136,8 +141,9 @@ def resolve_model(value, flag, want, args=None):
     folder holding one (`artifact_in`'s order), a SavedModel folder, or a
     shipped model's name (a folder under the models folder). `want`:
     `"keras"` (a `.keras` file), `"explain"` (a `.keras` file, else a
-    folder's `.tflite`), `"translator"` (a translator SavedModel folder,
-    else a folder's LiteRT translator) or `"any"` (what `predict` runs).
+    folder's `.tflite`, else its SavedModel), `"translator"` (a
+    translator SavedModel folder, else a folder's LiteRT translator) or
+    `"any"` (what `predict` runs).
     A `ValueError` naming `flag` when nothing fits: one that says so
     when the path does not exist."""
     path = named_path(value, models_dir(args))
@@ -148,8 +154,8 @@ def resolve_model(value, flag, want, args=None):
         return found
     kinds = {
         "keras": "a .keras file or a folder holding model.keras",
-        "explain": "a .keras file or a .tflite with an attention output, or "
-        "a folder holding one",
+        "explain": "a .keras file, a text classifier's .tflite or "
+        "SavedModel, or a folder holding one",
         "translator": "a translator SavedModel folder, a LiteRT translator, "
         "a decoder-only translator's folder, or a folder holding one",
         "any": "a .keras, .tflite or .onnx file, a SavedModel folder, or a "

@@ -15,6 +15,19 @@ saved_models/ beside a source checkout, else the installed
 keras-attn-models distribution; never in the working directory."""
 
 
+# `keras-attn explain --method`'s choices (`keras_attn_runtime.
+# attribution.METHODS`, less the random floor; a test keeps them equal).
+EXPLAIN_METHODS = (
+    "attention",
+    "norm",
+    "gradient_x_input",
+    "integrated_gradients",
+    "occlusion",
+    "shapley",
+    "greedy",
+)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.print_usage(sys.stderr)
@@ -170,12 +183,13 @@ COMMANDS = (
     ),
     (
         "explain",
-        "attention HTML + PNG for one text",
+        "which words a classifier used: maps side by side (HTML) and the "
+        "attention (PNG) for one text",
         (
             _flag(
                 "model",
-                help="a .keras text model or its folder, or a .tflite with "
-                "an attention output (the shipped imdb_edge file)",
+                help="a text classifier: a shipped model's name, a .keras "
+                "file, a .tflite, a SavedModel, or a folder holding one",
             ),
             _flag("text", nargs="?", default=None, help="the text (or --file)"),
             _flag(
@@ -183,6 +197,15 @@ COMMANDS = (
                 default=None,
                 metavar="PATH",
                 help="the text from a file",
+            ),
+            _flag(
+                "--method",
+                default=None,
+                choices=EXPLAIN_METHODS,
+                help="the map to explain with (default: occlusion, the "
+                "most faithful that every file runs; docs/explanations.md); "
+                "the attention and, where the file allows, other maps are "
+                "drawn beside it",
             ),
             _flag(
                 "--out",

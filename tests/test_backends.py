@@ -54,6 +54,7 @@ LAYER_SUITE = [
     "tests/seq2seq/test_sequence_loss.py",
     "tests/seq2seq/test_docs_seq2seq.py",
     "tests/training/test_distribute.py",
+    "tests/test_explain_attribution.py",
 ]
 
 

@@ -228,10 +228,10 @@ def test_the_int8_edge_file_explains_itself(tmp_path):
 
 @pytest.mark.skipif(not os.path.isfile(EDGE), reason="no shipped edge model")
 def test_a_flat_edge_map_is_said_to_be_flat_and_why(tmp_path, capsys):
-    """On a short text the full-integer file's map is flat (its int8
-    attention output clips the larger weights, and one chunk gives every
-    hop the same map): `explain` says so instead of leaving a picture
-    that explains nothing; an informative map gets no note."""
+    """On a short text the full-integer file's attention is flat (its
+    int8 attention output clips the larger weights, and one chunk gives
+    every hop the same map): `explain` says so beside the default map,
+    which does not read the attention; an informative map gets no note."""
     import keras_attn_cli
     from keras_attn_cli.commands.explaining import flat_map
 
@@ -253,4 +253,73 @@ def test_a_flat_edge_map_is_said_to_be_flat_and_why(tmp_path, capsys):
             keras_attn_cli.main(["explain", EDGE, text, "--out", str(out)]) == 0
         )
         said = capsys.readouterr().out
-        assert ("the map is flat" in said) == flat, said
+        assert ("the attention map is flat" in said) == flat, said
+        # The map explain draws first (occlusion, by default) is not.
+        assert "occlusion: the words that mattered most: " in said
+        page = (out / "attention.html").read_text(encoding="utf-8")
+        assert "id='map-occlusion'" in page and "id='map-attention'" in page
+
+
+@pytest.mark.skipif(not os.path.isfile(EDGE), reason="no shipped edge model")
+def test_explain_draws_each_map_with_what_erasing_its_top_words_does(
+    tmp_path, capsys
+):
+    import keras_attn_cli
+    from keras_attn_runtime import LiteRTClassifier
+    from keras_attn_runtime.attribution import attribute, top_positions
+
+    text = (
+        "A dull plot and weak dialogue, but the acting is wonderful and the "
+        "music superb; I loved the ending."
+    )
+    out = tmp_path / "maps"
+    args = ["explain", EDGE, text, "--out", str(out), "--method", "shapley"]
+    assert keras_attn_cli.main(args) == 0
+    said = capsys.readouterr().out
+    page = (out / "attention.html").read_text(encoding="utf-8")
+    order = [page.index(f"id='map-{m}'") for m in ("shapley", "attention")]
+    assert order == sorted(order) and "id='map-occlusion'" in page
+    # The probability printed for each map is the file's own answer once
+    # that map's top 10% of words are erased.
+    clf = LiteRTClassifier(EDGE)
+    for method in ("shapley", "attention", "occlusion"):
+        (r,) = attribute(clf, text, method)
+        ids = np.asarray(clf.tokenizer([text])[0][: len(r["words"])])
+        kept = np.delete(ids, top_positions(r["scores"], 0.10))
+        row = np.zeros((1, clf.tokenizer.length), "int32")
+        row[0, : len(kept)] = kept
+        p = float(clf.predict_ids(row)["probability"][0, 0])
+        line = next(x for x in said.splitlines() if x.split()[:1] == [method])
+        assert float(line.split()[1]) == pytest.approx(p, abs=5e-4), line
+        assert f"{p:.3f}" in page
+    code = keras_attn_cli.main(
+        ["explain", EDGE, text, "--out", str(out), "--method", "norm"]
+    )
+    assert code != 0
+    assert "--method='norm'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no Chromium (.ci/run installs it)"
+)
+def test_the_maps_stand_side_by_side_in_a_browser(tmp_path):
+    r = review_result()
+    n = len(r["words"])
+    first, second = np.zeros(n), np.zeros(n)
+    first[r["words"].index("superb")] = 1.0
+    second[0] = -1.0  # against the class: red
+    second[r["words"].index("superb")] = 0.5
+    maps = [
+        {"method": m, "scores": s, "note": "", "erased": (1, 0.4)}
+        for m, s in (("occlusion", first), ("attention", second))
+    ]
+    page = explain.write_page(
+        {**r, "known": np.ones(n, bool)}, maps, tmp_path / "p.html"
+    )
+    image = screenshot(page, str(tmp_path / "shot.png"), width=1200)
+    height, width, where = _boxes(image, (8, 48, 107))[0]  # full blue
+    assert 20 <= height <= 40 and where[1].stop < 600  # left column
+    reds = _boxes(image, (165, 15, 21))  # full red, in the right column
+    assert reds and reds[0][2][1].start > 600
+    assert abs(reds[0][2][0].start - where[0].start) < 200  # same band

@@ -1,9 +1,5 @@
-"""See the attention of a text model: HTML highlights and a PNG heatmap.
-
-Works with any saved model that takes raw strings, holds a
-`TextVectorization` layer named `vectorizer`, and returns a dict with
-`probability` and `attention` `(B, hops, T)` (the IMDB example's models).
-"""
+"""Explanations drawn: a text's words shaded by a map (HTML), the
+attention per hop (PNG) and a translation's alignment (PNG)."""
 
 import contextlib
 import html
@@ -14,129 +10,6 @@ import tempfile
 import numpy as np
 
 from keras_attn_runtime import ASCII_LOWER
-
-
-def find_vectorizer(model):
-    """The model's one `TextVectorization` layer (at any depth)."""
-    import keras
-
-    found = [
-        layer
-        for layer in _walk(model)
-        if isinstance(layer, keras.layers.TextVectorization)
-    ]
-    if len(found) != 1:
-        raise ValueError(
-            "Expected a model with one TextVectorization layer. Received: "
-            f"model={model.name!r} with {len(found)}"
-        )
-    return found[0]
-
-
-def _walk(model):
-    for layer in model.layers:
-        yield layer
-        if hasattr(layer, "layers"):
-            yield from _walk(layer)
-
-
-def attend(model, texts):
-    """Probabilities and, per text, its tokens and attention.
-
-    Each result holds `text`, `probability`, `tokens` (as the model's
-    vocabulary names them: `[UNK]` for an unknown word), `words` (the
-    text's own token strings, or `None` where the model's standardization
-    is not the reviews' one), `known` (per token, whether the vocabulary
-    holds it) and `attention` `(hops, n_tokens)`.
-
-    `model`: a raw-text Keras model, or a classifier of the edge runtime
-    (`keras_attn_runtime.LiteRTClassifier`, a `.tflite` file: its
-    attention output, int8 in a full-integer file, dequantized)."""
-    texts = [texts] if isinstance(texts, str) else list(texts)
-    if hasattr(model, "predict_ids"):
-        return _attend_runtime(model, texts)
-    out = model.predict(np.array(texts, dtype=object), verbose=0)
-    if not isinstance(out, dict) or "attention" not in out:
-        raise ValueError(
-            "Expected a model whose outputs include 'attention'. Received "
-            f"outputs: {sorted(out) if isinstance(out, dict) else type(out)}"
-        )
-    vectorizer = find_vectorizer(model)
-    vocab = vectorizer.get_vocabulary()
-    index = {w: i for i, w in enumerate(vocab)}
-    ids = np.asarray(vectorizer(np.array(texts, dtype=object)))
-    results = []
-    for i in range(len(texts)):
-        n = int(np.count_nonzero(ids[i]))
-        words = _own_words(texts[i], n, index, ids[i][:n])
-        results.append(
-            {
-                "text": texts[i],
-                "probability": float(np.ravel(out["probability"][i])[0]),
-                "tokens": [vocab[t] for t in ids[i][:n]],
-                "words": words,
-                "known": np.asarray(ids[i][:n]) > 1,
-                "attention": np.asarray(out["attention"][i])[:, :n],
-            }
-        )
-    return results
-
-
-def _own_words(text, n, index, ids):
-    """The text's first `n` tokens as the reviews' standardization cuts
-    them, if they are what the model read (same ids), else `None`."""
-    from keras_attn_runtime.text import tokens
-
-    words = list(tokens(text, n))
-    if [index.get(w, 1) for w in words] != [int(t) for t in ids]:
-        return None
-    return words
-
-
-def _attend_runtime(classifier, texts):
-    from keras_attn_runtime.text import tokens
-
-    out = classifier.predict(texts)
-    if "attention" not in out:
-        raise ValueError(
-            "Expected a model whose outputs include 'attention'. Received "
-            f"outputs: {sorted(out)}"
-        )
-    tokenizer = classifier.tokenizer
-    limit = tokenizer.length or tokenizer.max_tokens
-    results = []
-    for i, text in enumerate(texts):
-        words = list(tokens(text, limit))
-        known = np.array([w in tokenizer.index for w in words], dtype=bool)
-        results.append(
-            {
-                "text": text,
-                "probability": float(np.ravel(out["probability"][i])[0]),
-                "tokens": [
-                    w if k else "[UNK]"
-                    for w, k in zip(words, known, strict=True)
-                ],
-                "words": words,
-                "known": known,
-                "attention": np.asarray(out["attention"][i])[:, : len(words)],
-            }
-        )
-    return results
-
-
-def top_tokens(result, k=8):
-    """The `k` tokens with the most attention summed over hops."""
-    total = result["attention"].sum(0)
-    order = np.argsort(-total)
-    seen, picked = set(), []
-    for j in order:
-        if result["tokens"][j] not in seen:
-            seen.add(result["tokens"][j])
-            picked.append((result["tokens"][j], float(total[j])))
-        if len(picked) == k:
-            break
-    return picked
-
 
 _TAG = re.compile(r"<[^>]*>")
 _BREAK = re.compile(r"<\s*br\s*/?\s*>", re.I)
@@ -341,6 +214,117 @@ def write_html(result, path):
             f"<p class='text'>{_paragraph(pieces, a[h], known, top)}</p>"
             "</details>"
         )
+    with _replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(parts) + "\n")
+    return path
+
+
+def _shade_signed(value, top):
+    """Blue for support of the predicted class, red against it, the
+    strength linear in `|value| / top`."""
+    t = 0.0 if top <= 0 else min(abs(value) / top, 1.0)
+    hi = (8, 48, 107) if value >= 0 else (165, 15, 21)
+    rgb = tuple(round(255 + (b - 255) * t) for b in hi)
+    return "#{:02x}{:02x}{:02x}".format(*rgb), ("#fff" if t > 0.5 else "#111")
+
+
+def _signed_paragraph(pieces, scores, known):
+    weights = _row_weights(pieces, scores)
+    top = max([abs(w) for w in weights] or [0.0])
+    parts = []
+    for kind, piece, held in pieces:
+        if kind == "break":
+            parts.append("<br>")
+        elif kind == "space":
+            parts.append(html.escape(piece))
+        elif not held:
+            parts.append(f"<span class='unread'>{html.escape(piece)}</span>")
+        else:
+            w = float(sum(scores[j] for j in held))
+            unknown = not any(known[j] for j in held)
+            bg, ink = _shade_signed(w, top)
+            cls = "w unknown" if unknown else "w"
+            note = " (unknown word)" if unknown else ""
+            parts.append(
+                f"<span class='{cls}' title='{w:+.4f}{note}' "
+                f"style='background:{bg};color:{ink}'>"
+                f"{html.escape(piece)}</span>"
+            )
+    return "".join(parts)
+
+
+_PAGE_STYLE = _STYLE.replace("max-width:46em", "max-width:96em") + (
+    ".maps{display:grid;grid-template-columns:repeat(auto-fit,"
+    "minmax(22em,1fr));gap:1em}"
+    ".map{border:1px solid #ccc;border-radius:6px;padding:0 .8em}"
+    ".map h2{font-size:18px;margin:.6em 0 .2em}"
+    ".trust{font-size:15px;color:#333;margin:.2em 0}"
+    ".signed{display:inline-block;width:240px;height:1em;"
+    "vertical-align:middle;border:1px solid #999;background:"
+    "linear-gradient(to right,#a50f15,#ffffff,#08306b)}"
+)
+
+
+def write_page(result, maps, path):
+    """The text once per map, side by side, each with what erasing its
+    top words does to the probability.
+
+    `result`: the text as `attribute` read it (`text`, `words`, `known`,
+    `probability`; `hops` for each hop's attention). `maps`: per method,
+    `method`, `scores` (one a word), `note` (its cost, or why it is the
+    default) and `erased` `(count, probability after)`: the top words
+    erased. Each map shades on its own scale (blue: for the predicted
+    class; red: against it); the hops follow, folded."""
+    pieces = words_as_written(result)
+    n = len(result["words"])
+    known = np.asarray(result.get("known", [True] * n), dtype=bool)
+    p = result["probability"]
+    label = "positive" if p >= 0.5 else "negative"
+    read = sum(1 for kind, _, held in pieces if kind == "word" and held)
+    words = sum(1 for kind, _, _ in pieces if kind == "word")
+    parts = [
+        "<!doctype html><html lang='en'><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width'>",
+        f"<meta name='generator' content='{GENERATOR}'>",
+        "<title>Which words the model used</title>",
+        f"<style>{_PAGE_STYLE}</style>",
+        f"<h1>P(positive) = {p:.3f}: {label}</h1>",
+        "<div class='legend' id='legend'><span>each map on its own "
+        "scale:</span><span><span class='signed'></span></span><span>red: "
+        f"against {label}, blue: for it</span><span><span class='w "
+        "unknown'>word</span> unknown to the model</span><span><span "
+        "class='unread'>grey</span>: not read</span></div>",
+        f"<p class='note'>The model read {read} of the {words} words. "
+        "Under each map: the probability once the words it ranks highest "
+        "are erased. The further it moves, the more the map shows what "
+        "the model used. Hover a word for its score.</p>",
+        "<div class='maps' id='maps'>",
+    ]
+    for m in maps:
+        count, after = m["erased"]
+        drop = (p - after) if p >= 0.5 else (after - p)
+        parts += [
+            f"<section class='map' id='map-{html.escape(m['method'])}'>",
+            f"<h2>{html.escape(m['method'])}</h2>",
+            f"<p class='trust'>{html.escape(m.get('note', ''))}</p>",
+            f"<p class='trust'>erase its top {count} word"
+            f"{'' if count == 1 else 's'}: P(positive) {p:.3f} → "
+            f"{after:.3f} (the {label} class drops {drop:+.3f})</p>",
+            f"<p class='text'>"
+            f"{_signed_paragraph(pieces, np.asarray(m['scores']), known)}"
+            "</p></section>",
+        ]
+    parts.append("</div>")
+    hops = result.get("hops")
+    if hops is not None:
+        a = np.asarray(hops, "float64")
+        top = max(max(_row_weights(pieces, row) or [0.0]) for row in a)
+        for h in range(a.shape[0]):
+            parts.append(f"<details><summary>Attention, hop {h + 1}</summary>")
+            parts.append(
+                f"<p class='text'>{_paragraph(pieces, a[h], known, top)}</p>"
+                "</details>"
+            )
     with _replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write("\n".join(parts) + "\n")
     return path
