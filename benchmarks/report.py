@@ -56,6 +56,13 @@ HEADERS = {
     "first_words_p50_ms": "first words p50 ms",
     "first_words_p99_ms": "first words p99 ms",
     "first_words_share_p50": "first words at (share of answer, p50)",
+    "comprehensiveness": "comprehensiveness ↑",
+    "comprehensiveness_se": "± se",
+    "comprehensiveness_vs_occlusion": "vs occlusion",
+    "sufficiency": "sufficiency ↓",
+    "sufficiency_se": "± se",
+    "passes_per_review": "rows a review",
+    "seconds_per_review": "s a review",
 }
 
 

@@ -202,8 +202,8 @@ COMMANDS = (
                 "--method",
                 default=None,
                 choices=EXPLAIN_METHODS,
-                help="the map to explain with (default: occlusion, the "
-                "most faithful that every file runs; docs/explanations.md); "
+                help="the map to explain with (default: greedy, the most "
+                "faithful that every file runs; docs/explanations.md); "
                 "the attention and, where the file allows, other maps are "
                 "drawn beside it",
             ),
@@ -260,7 +260,11 @@ COMMANDS = (
         "translate",
         "English to French (shipped model)",
         (
-            *_texts("English sentences"),
+            *_texts(
+                "English sentences, after the model's name or path if "
+                "--model is not given (`translate translation_en_fr_lm "
+                "'I am tired.'`)"
+            ),
             _flag("--model", default=None, help="translator folder"),
             _flag(
                 "--alignment",

@@ -254,10 +254,11 @@ def test_a_flat_edge_map_is_said_to_be_flat_and_why(tmp_path, capsys):
         )
         said = capsys.readouterr().out
         assert ("the attention map is flat" in said) == flat, said
-        # The map explain draws first (occlusion, by default) is not.
-        assert "occlusion: the words that mattered most: " in said
+        # The map explain draws first (the default method's) is not.
+        default = explain.DEFAULT_METHOD
+        assert f"{default}: the words that mattered most: " in said
         page = (out / "attention.html").read_text(encoding="utf-8")
-        assert "id='map-occlusion'" in page and "id='map-attention'" in page
+        assert f"id='map-{default}'" in page and "id='map-attention'" in page
 
 
 @pytest.mark.skipif(not os.path.isfile(EDGE), reason="no shipped edge model")

@@ -159,7 +159,31 @@ def _emit(progress, texts, translations):
         progress.emit(f"{text}  ->  {french}")
 
 
+MODEL_SUFFIXES = (".tflite", ".keras", ".litertlm", ".onnx")
+
+
+def model_first(args):
+    """`translate MODEL TEXT ...`, as `explain` and `serve` name a model:
+    without `--model`, a first text that is a shipped model's name, or an
+    existing path with a folder separator or a model file's suffix, is
+    the model (a sentence is none of these)."""
+    if args.model is not None or not args.text:
+        return
+    first, root = args.text[0], models_dir(args)
+    shipped = (
+        root is not None
+        and os.sep not in first
+        and os.path.isdir(os.path.join(root, first))
+    )
+    path = os.path.exists(first) and (
+        os.sep in first or first.endswith(MODEL_SUFFIXES)
+    )
+    if shipped or path:
+        args.model, args.text = first, args.text[1:]
+
+
 def translate(args):
+    model_first(args)
     if args.stream:
         from keras_attn_cli.streaming import stream_translations
 

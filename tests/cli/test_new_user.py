@@ -258,3 +258,20 @@ def test_ctrl_c_during_a_long_translation_ends_it_at_once(tmp_path):
     for line in done:
         english, _, french = line.partition("  ->  ")
         assert english in lines and french.strip(), line
+
+
+def test_translate_takes_the_model_first_as_explain_and_serve_do(capsys):
+    # `translate translation_en_fr "I am tired."` translated the model's
+    # name with the default translator, and exited 0.
+    needs(os.path.join(SHIPPED, "translation_en_fr"))
+    sentence = "I am tired."
+    code, first, err = cli(capsys, "translate", LITERT_TRANSLATOR, sentence)
+    assert code == 0, err
+    code, flagged, err = cli(
+        capsys, "translate", "--model", LITERT_TRANSLATOR, sentence
+    )
+    assert code == 0, err
+    assert first == flagged
+    translated = [line for line in first.splitlines() if "  ->  " in line]
+    assert [line.split("  ->  ")[0] for line in translated] == [sentence]
+    refused(*cli(capsys, "translate", "imdb_edge", "hi"), "translator")

@@ -242,7 +242,8 @@ def test_the_edge_files_default_map_of_a_short_text_is_not_flat():
     assert r["words"] == ["a", "great", "film"]
     assert np.ptp(r["scores"]) > 0.1
     assert r["words"][int(np.argmax(r["scores"]))] == "great"
-    # Every row went through the file: the same as running it by hand.
+    # Leave one out, row by row through the file, equals the same by hand.
+    (r,) = core.attribute(clf, "a great film", "occlusion")
     rows = np.zeros((3, clf.tokenizer.length), "int32")
     ids = clf.tokenizer(["a great film"])[0][:3]
     for t in range(3):
@@ -264,3 +265,16 @@ def test_the_module_imports_neither_keras_nor_tensorflow():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_cli_help_names_the_default():
+    from keras_attn_cli.parser import build_parser
+
+    parser = build_parser()
+    (commands,) = [
+        a
+        for a in parser._actions
+        if getattr(a, "choices", None) and "explain" in a.choices
+    ]
+    text = " ".join(commands.choices["explain"].format_help().split())
+    assert f"default: {core.DEFAULT_METHOD}," in text
