@@ -412,7 +412,24 @@ def erasure(reader, item, scores, fractions=FRACTIONS, base=None):
     }
 
 
-class ClassifierReader:
+class NamedOutputs:
+    """A reader of a model with named outputs: a subclass gives `outputs`
+    (the names) and `run(rows, name)` (that output for rows of ids);
+    `probability` and `attention` are read from them."""
+
+    def probability(self, rows):
+        return np.asarray(self.run(rows, "probability")).reshape(len(rows), -1)[
+            :, 0
+        ]
+
+    @property
+    def attention(self):
+        if "attention" not in self.outputs:
+            return None
+        return lambda rows: self.run(rows, "attention")
+
+
+class ClassifierReader(NamedOutputs):
     """A runtime classifier (`LiteRTClassifier`, `OnnxClassifier`) as a
     reader: the runtime's tokenizer, rows padded with zeros (or each its
     own length, for a file with a free time axis), in chunks of
@@ -453,23 +470,18 @@ class ClassifierReader:
                 outputs.setdefault(name, []).append(np.asarray(value))
         return outputs
 
-    def probability(self, rows):
-        out = self._run(rows)
-        return np.concatenate(out["probability"]).reshape(len(rows), -1)[:, 0]
-
     @property
-    def attention(self):
-        if self._outputs is None:
-            item = self.read(["a"])[0]
-            self._outputs = sorted(self._run([item.ids]))
-        return self._attention if "attention" in self._outputs else None
+    def outputs(self):
+        if self._outputs is None:  # the names, from a one-word probe
+            self._outputs = sorted(self._run([np.ones(1, "int32")]))
+        return self._outputs
 
-    def _attention(self, rows):
-        maps = self._run(rows)["attention"]
-        width = max(m.shape[-1] for m in maps)
+    def run(self, rows, name):
+        parts = self._run(rows)[name]
+        width = max(m.shape[-1] for m in parts)  # rows of their own length
         return np.concatenate(
             [
                 np.pad(m, [(0, 0)] * (m.ndim - 1) + [(0, width - m.shape[-1])])
-                for m in maps
+                for m in parts
             ]
         )

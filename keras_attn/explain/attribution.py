@@ -110,7 +110,7 @@ def _pad(rows, length):
     return batch
 
 
-class KerasReader:
+class KerasReader(core.NamedOutputs):
     """A Keras text classifier as a reader.
 
     A raw-text model is read through its `TextVectorization` layer (ids,
@@ -175,7 +175,7 @@ class KerasReader:
             items.append(core.Item(text, row, words, row > 1))
         return items
 
-    def _run(self, rows, name):
+    def run(self, rows, name):
         # Rows padded to a power of two (at most `batch_size`): a few
         # shapes, so the compiled predict step is traced a few times.
         size = min(self.batch_size, 1 << max(len(rows) - 1, 0).bit_length())
@@ -186,15 +186,6 @@ class KerasReader:
         )
         out = self.tokens.predict(batch, batch_size=size, verbose=0)
         return np.asarray(out[name] if self.outputs else out)[: len(rows)]
-
-    def probability(self, rows):
-        return self._run(rows, "probability").reshape(len(rows), -1)[:, 0]
-
-    @property
-    def attention(self):
-        if "attention" not in self.outputs:
-            return None
-        return lambda rows: self._run(rows, "attention")
 
     def _values_model(self):
         """Token ids → (the vectors the attention averages, attention)."""
@@ -343,7 +334,7 @@ def _gradients(reader, batch, scale, values, positive):
     )
 
 
-class SavedModelReader:
+class SavedModelReader(core.NamedOutputs):
     """A text-classifier SavedModel's `serving_default` as a reader.
 
     The SavedModel takes strings, so a row of tokens goes in as their
@@ -379,12 +370,12 @@ class SavedModelReader:
             ids = np.array([self._id(w) for w in words], "int32")
             known = np.ones(len(words), bool)
             if "known_words" in self.outputs and words:
-                counts = self._run([[i] for i in ids], "known_words")
+                counts = self.run([[i] for i in ids], "known_words")
                 known = np.asarray(counts).reshape(-1) > 0
             items.append(core.Item(text, ids, words, known))
         return items
 
-    def _run(self, rows, name):
+    def run(self, rows, name):
         import tensorflow as tf
 
         texts = [" ".join(self.words[i] for i in row) for row in rows]
@@ -393,12 +384,3 @@ class SavedModelReader:
             chunk = tf.constant(texts[start : start + self.batch_size])
             parts.append(np.asarray(self.function(**{self.input: chunk})[name]))
         return np.concatenate(parts)
-
-    def probability(self, rows):
-        return self._run(rows, "probability").reshape(len(rows), -1)[:, 0]
-
-    @property
-    def attention(self):
-        if "attention" not in self.outputs:
-            return None
-        return lambda rows: self._run(rows, "attention")

@@ -78,7 +78,10 @@ def _shade(value, top):
     return "#{:02x}{:02x}{:02x}".format(*rgb), ("#fff" if t > 0.5 else "#111")
 
 
-def _paragraph(pieces, weights, known, top):
+def _paragraph(pieces, weights, known, top, shade=None, sign=""):
+    """The words as written, each shaded by its weight (`shade`: the
+    white-to-blue scale by default) with the weight as its title."""
+    shade = shade or _shade
     parts = []
     for kind, piece, held in pieces:
         if kind == "break":
@@ -90,11 +93,11 @@ def _paragraph(pieces, weights, known, top):
         else:
             w = float(sum(weights[j] for j in held))
             unknown = not any(known[j] for j in held)
-            bg, ink = _shade(w, top)
+            bg, ink = shade(w, top)
             cls = "w unknown" if unknown else "w"
             note = " (unknown word)" if unknown else ""
             parts.append(
-                f"<span class='{cls}' title='{w:.4f}{note}' "
+                f"<span class='{cls}' title='{w:{sign}.4f}{note}' "
                 f"style='background:{bg};color:{ink}'>"
                 f"{html.escape(piece)}</span>"
             )
@@ -229,28 +232,8 @@ def _shade_signed(value, top):
 
 
 def _signed_paragraph(pieces, scores, known):
-    weights = _row_weights(pieces, scores)
-    top = max([abs(w) for w in weights] or [0.0])
-    parts = []
-    for kind, piece, held in pieces:
-        if kind == "break":
-            parts.append("<br>")
-        elif kind == "space":
-            parts.append(html.escape(piece))
-        elif not held:
-            parts.append(f"<span class='unread'>{html.escape(piece)}</span>")
-        else:
-            w = float(sum(scores[j] for j in held))
-            unknown = not any(known[j] for j in held)
-            bg, ink = _shade_signed(w, top)
-            cls = "w unknown" if unknown else "w"
-            note = " (unknown word)" if unknown else ""
-            parts.append(
-                f"<span class='{cls}' title='{w:+.4f}{note}' "
-                f"style='background:{bg};color:{ink}'>"
-                f"{html.escape(piece)}</span>"
-            )
-    return "".join(parts)
+    top = max([abs(w) for w in _row_weights(pieces, scores)] or [0.0])
+    return _paragraph(pieces, scores, known, top, _shade_signed, "+")
 
 
 _PAGE_STYLE = _STYLE.replace("max-width:46em", "max-width:96em") + (

@@ -68,12 +68,14 @@ def classify(args):
     known = known_words(model, texts)
     print(f"Model: {path}\n")
     results = run_model(explain.attend, model, texts)
-    for result, n in zip(results, known, strict=True):
+    mattered = run_model(explain.attribute, model, texts)
+    for result, why, n in zip(results, mattered, known, strict=True):
         print(
             f"[{_verdict(result['probability'], n)}] "
             f"{snippet(result['text'], 90)}"
         )
         if n:
+            print(f"    mattered most ({why['method']}): {_top(why, 6)}")
             words = ", ".join(w for w, _ in explain.top_tokens(result, 6))
             print(f"    attention picked: {words}")
         print()
@@ -81,6 +83,17 @@ def classify(args):
     if translator and not (args.text or args.file):
         print_translations(translator, SAMPLE_SENTENCES, alignment=True)
     return 0
+
+
+def _top(result, k):
+    """The `k` distinct words an attribution scores highest."""
+    picked = []
+    for j in np.argsort(-result["scores"], kind="stable"):
+        if result["words"][j] not in picked:
+            picked.append(result["words"][j])
+        if len(picked) == k:
+            break
+    return ", ".join(picked)
 
 
 def demo(args):

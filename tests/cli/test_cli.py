@@ -467,7 +467,8 @@ def test_explain_keeps_a_users_page_and_replaces_its_own(
     assert_clean_error(code, err, "--overwrite")
     assert (out / "attention.html").read_text() == "my notes"
     assert not (out / "attention.png").exists()
-    assert cli(capsys, *args, "--out", str(out), "--overwrite")[0] == 0
+    code, _, err = cli(capsys, *args, "--out", str(out), "--overwrite")
+    assert code == 0, err
     first = (out / "attention.png").read_bytes()
     assert cli(capsys, *args, "--out", str(out))[0] == 0  # ours: replaced
     assert (out / "attention.png").read_bytes() == first
