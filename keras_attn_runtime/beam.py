@@ -19,7 +19,9 @@ Each handler builds its model in `load_model`, on the worker (a reader
 is never pickled: Beam ships the handler, which holds only a path and
 settings), gives Beam batch-size hints fit to the model, the bytes of a
 batch (`get_num_bytes`) and a metrics namespace (`keras_attn`). An
-element is a `str` (or UTF-8 `bytes`); its result's `inference` is a
+element is a `str` (or UTF-8 `bytes`), checked alone before batching
+(`check_element`: with `.with_exception_handling()` a bad element goes
+to the dead letters by itself); its result's `inference` is a
 probability (a `float`; with `attention=True` a dict of the probability
 and the `(hops, tokens)` attention), or a translation (a `str`).
 """
@@ -42,6 +44,24 @@ def _text(element):
         raise TypeError(
             "Expected each element to be a text (str or UTF-8 bytes). "
             f"Received: {type(element).__name__} {element!r:.80}"
+        )
+    return element
+
+
+def check_element(element):
+    """`element` if a handler can run it, else the error that sends it
+    alone to the dead letters: not a text (`TypeError`), not UTF-8, or
+    empty or blank (`ValueError`). Every handler runs it on each element
+    before Beam batches them (`get_preprocess_fns`)."""
+    try:
+        text = _text(element)
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"Expected UTF-8 bytes. Received: {element!r:.80} ({err})"
+        ) from None
+    if not text.strip():
+        raise ValueError(
+            f"Expected a non-empty text. Received: {element!r:.80}"
         )
     return element
 
@@ -99,6 +119,13 @@ class TextModelHandler(ModelHandler):
 
     def predict(self, model, texts):
         raise NotImplementedError
+
+    def get_preprocess_fns(self):
+        """Each element checked alone before batching (`check_element`):
+        with `RunInference(...).with_exception_handling()`, a bad element
+        reaches the dead letters (`failed_preprocessing[0]`) by itself
+        and its would-be batch-mates are answered."""
+        return [check_element, *super().get_preprocess_fns()]
 
     def run_inference(self, batch, model, inference_args=None):
         texts = [_text(element) for element in batch]

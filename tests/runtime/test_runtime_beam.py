@@ -196,3 +196,58 @@ def test_a_litert_pipeline_imports_neither_tensorflow_nor_keras():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+@pytest.mark.slow
+def test_bad_elements_reach_the_dead_letters_alone():
+    """200 reviews and five bad elements: every review is answered, and
+    only the bad elements are dead letters, each with its reason (before,
+    a bad element failed its whole batch)."""
+    from apache_beam.ml.inference.base import RunInference
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from keras_attn_runtime import LiteRTClassifier
+    from keras_attn_runtime.beam import LiteRTClassifierHandler
+
+    path = shipped(EDGE)
+    reviews = [f"{REVIEWS[i % len(REVIEWS)]} ({i})" for i in range(200)]
+    bad = [None, 7, {"text": "x"}, "  ", b"\xff\xfe"]
+    want = LiteRTClassifier(path).predict(reviews)["probability"][:, 0]
+    with beam.Pipeline() as p:
+        main, dlq = (
+            p
+            | beam.Create(reviews + bad, reshuffle=True)
+            | RunInference(
+                LiteRTClassifierHandler(path, max_batch_size=64)
+            ).with_exception_handling()
+        )
+        answered = main | beam.Map(lambda r: (r.example, round(r.inference, 6)))
+        assert_that(
+            answered,
+            equal_to(
+                [
+                    (t, round(float(w), 6))
+                    for t, w in zip(reviews, want, strict=True)
+                ]
+            ),
+            label="every review answered",
+        )
+        dead = dlq.failed_preprocessing[0] | beam.Map(
+            lambda failed: (repr(failed[0]), failed[1][0].__name__)
+        )
+        assert_that(
+            dead,
+            equal_to(
+                [
+                    ("None", "TypeError"),
+                    ("7", "TypeError"),
+                    ("{'text': 'x'}", "TypeError"),
+                    ("'  '", "ValueError"),
+                    (repr(b"\xff\xfe"), "ValueError"),
+                ]
+            ),
+            label="only the bad ones dead",
+        )
+        assert_that(
+            dlq.failed_inferences, equal_to([]), label="no batch failed"
+        )
