@@ -9,7 +9,8 @@ error). `random` is averaged over three seeds: the floor. Cost: rows run
 a review (forward passes; the gradient methods add a backward pass a
 row) and seconds a review on this machine, one process.
 
-    python -m benchmarks.faithfulness [--split test] [--reviews 500]
+    python -m benchmarks.faithfulness [--split test] [--reviews 300]
+        [--models ssa-keras ssa-tflite edge micro] [--out FILE]
 
 `--split validation` reads the reviews the recipes hold out of train (a
 seeded permutation, 10 %): the default method is chosen there, never on
@@ -27,11 +28,19 @@ from benchmarks import results
 from tests.paths import ROOT
 
 SHIPPED = os.path.join(ROOT, "saved_models")
-MODELS = (
-    ("imdb_ssa (.keras)", "imdb_ssa/model.keras"),
-    ("imdb_ssa (dynamic-range .tflite)", "imdb_ssa/model_dynamic_int8.tflite"),
-    ("imdb_edge (full-integer .tflite)", "imdb_edge/model_full_int8.tflite"),
-    ("imdb_micro (int8 .tflite)", "imdb_micro/model_int8.tflite"),
+MODELS = (  # (key, label, file)
+    ("ssa-keras", "imdb_ssa (.keras)", "imdb_ssa/model.keras"),
+    (
+        "ssa-tflite",
+        "imdb_ssa (dynamic-range .tflite)",
+        "imdb_ssa/model_dynamic_int8.tflite",
+    ),
+    (
+        "edge",
+        "imdb_edge (full-integer .tflite)",
+        "imdb_edge/model_full_int8.tflite",
+    ),
+    ("micro", "imdb_micro (int8 .tflite)", "imdb_micro/model_int8.tflite"),
 )
 RANDOM_SEEDS = (0, 1, 2)
 
@@ -132,58 +141,37 @@ COLUMNS = (
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--split", choices=("test", "validation"))
-    parser.add_argument("--reviews", type=int, default=400)
+    parser.add_argument("--reviews", type=int, default=300)
     parser.add_argument(
         "--row-file-reviews",
         type=int,
-        default=60,
+        default=50,
         help="the first reviews of the sample for a file that runs a row "
         "at a time (the dynamic-range .tflite)",
     )
     parser.add_argument(
-        "--models", nargs="*", default=None, help="labels' first words"
+        "--models",
+        nargs="*",
+        default=None,
+        help="the files to measure, by key (ssa-keras, ssa-tflite, edge, "
+        "micro) or the start of their label (default: all)",
     )
     parser.add_argument("--methods", nargs="*", default=None)
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="processes, a file each (the .keras file alone in one)",
-    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     split = args.split or "test"
     argv = sys.argv[1:] if argv is None else argv
 
     texts = reviews(split, args.reviews)
-    chosen = [
-        (label, relative)
-        for label, relative in MODELS
-        if not args.models or any(label.startswith(m) for m in args.models)
-    ]
-    settings = (args.methods, args.row_file_reviews)
-    if args.jobs > 1:
-        import concurrent.futures
-        import multiprocessing
-
-        # The .keras file in one process, the LiteRT files in the other.
-        groups = (
-            [chosen[:1], chosen[1:]]
-            if args.jobs == 2
-            else [[c] for c in chosen]
+    rows = [
+        row
+        for key, label, relative in MODELS
+        if not args.models
+        or any(m == key or label.startswith(m) for m in args.models)
+        for row in model_rows(
+            label, relative, texts, args.methods, args.row_file_reviews
         )
-        context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(
-            args.jobs, mp_context=context
-        ) as pool:
-            futures = [
-                pool.submit(_group_rows, group, texts, settings)
-                for group in groups
-                if group
-            ]
-            rows = [row for f in futures for row in f.result()]
-    else:
-        rows = _group_rows(chosen, texts, settings)
+    ]
     name = (
         "faithfulness.json" if split == "test" else f"faithfulness_{split}.json"
     )
@@ -191,15 +179,6 @@ def main(argv=None):
     meta = results.meta("faithfulness", argv, split=split)
     results.save(path, meta, rows)
     print(f"wrote {path}")
-
-
-def _group_rows(group, texts, settings):
-    methods, row_file_reviews = settings
-    return [
-        row
-        for label, relative in group
-        for row in model_rows(label, relative, texts, methods, row_file_reviews)
-    ]
 
 
 if __name__ == "__main__":

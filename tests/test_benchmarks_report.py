@@ -3,12 +3,19 @@
 re-rendering, fails here."""
 
 import json
+import os
 
 from benchmarks import report, results
 
 
 def test_benchmarks_md_tables_match_their_json():
     assert report.main(["--check"]) == 0
+
+
+def test_the_explanations_pages_tables_match_their_json():
+    page = os.path.join(report.ROOT, "docs", "explanations.md")
+    assert "<!-- results/faithfulness.json -->" in open(page).read()
+    assert report.main(["--check", "--document", page]) == 0
 
 
 def test_a_hand_edited_table_is_caught_and_rewritten(tmp_path):

@@ -234,7 +234,9 @@ class KerasReader(core.NamedOutputs):
         """The token embeddings `(n, d)` and the gradients `(S, n, d)` of
         the predicted class's probability at each `scale · embedding`
         (every `Embedding` layer's output scaled; several layers' columns
-        side by side)."""
+        side by side). While the gradient is taken, the `Embedding`
+        layers' `call` is wrapped: do not call the same model from
+        another thread meanwhile."""
         from keras import ops
 
         if not self.embeddings:

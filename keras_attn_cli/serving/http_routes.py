@@ -135,6 +135,9 @@ class VersionRoutes:
     ROUTE = re.compile(
         r"/(v1|v2)/models/([^/:]+)/(versions|labels)/([^/:]+)(.*)"
     )
+    # Any path that names a version or label: one ROUTE does not take
+    # (an empty one, or one holding `:`) is a 404 here, never KServe's 501.
+    NAMED = re.compile(r"/(v1|v2)/models/([^/:]+)/(versions|labels)(/.*)?")
     V2 = re.compile(r"/v2/models/([^/:]+)(/.*)?")
 
     def __init__(self, app, versions):
@@ -162,6 +165,16 @@ class VersionRoutes:
                 "query_string": kept.encode("latin-1"),
             }
         found = self.ROUTE.fullmatch(path)
+        named = self.NAMED.fullmatch(path)
+        if named and not found:
+            _, name, kind, rest = named.groups()
+            value = (rest or "/")[1:].split("/")[0]
+            return await _json(
+                send,
+                404,
+                f"Expected a served {kind[:-1]} of model {name!r} in the "
+                f"path. Received: {kind}/{value}",
+            )
         if found:
             protocol, name, kind, value, rest = found.groups()
             try:

@@ -127,3 +127,23 @@ def test_v2s_model_version_query_reaches_the_served_version():
     assert status == 404 and "Unknown model 'nope'" in body["error"]
     # Without the query, nothing changes.
     assert call(app, infer)[1] == {"path": infer, "query": ""}
+
+
+def test_a_malformed_version_in_the_path_is_a_404_naming_it():
+    """A version the route cannot read (empty, or starting with `:`) was
+    passed on to KServe, which answered 501 "Model versioning not
+    supported yet"; it is a 404 naming what was received, on v1 and v2."""
+    versions = {"m": {"1": "m"}}
+    app = http_routes.VersionRoutes(_echo, versions)
+    for path in (
+        "/v2/models/m/versions//ready",
+        "/v2/models/m/versions/:x/ready",
+        "/v2/models/m/versions",
+        "/v1/models/m/versions/",
+        "/v1/models/m/labels//metadata",
+    ):
+        status, body, _ = call(app, path)
+        assert status == 404, path
+        assert "Received: " in body["error"] and "'m'" in body["error"], body
+    status, body, _ = call(app, "/v2/models/m/versions/1/ready")
+    assert (status, body["path"]) == (200, "/v2/models/m/ready")
