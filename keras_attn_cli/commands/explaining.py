@@ -93,14 +93,10 @@ def explain(args):
     methods = [method] + [m for m in COMPARED if m in can and m != method]
     maps = run_model(_maps, reader, item, methods, method)
     result = maps[0]["result"]
-    if "attention" in can:
-        hops = next(
-            (m["result"]["hops"] for m in maps if m["method"] == "attention"),
-            None,
-        )
-        if hops is None:
-            (hops,) = reader.attention([item.ids])
-            hops = np.asarray(hops)[:, : len(item.ids)]
+    if "attention" in can:  # drawn among the maps: its hops
+        (hops,) = [
+            m["result"]["hops"] for m in maps if m["method"] == "attention"
+        ]
         result = {**result, "hops": hops, "attention": hops}
     os.makedirs(args.out, exist_ok=True)
     written = [
