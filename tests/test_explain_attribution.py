@@ -172,6 +172,10 @@ print(json.dumps([r["scores"].tolist() for r in out]))
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="it runs every backend itself: once, from the TensorFlow run",
+)
 def test_integrated_gradients_agree_on_tensorflow_jax_and_pytorch(tmp_path):
     """The same `.keras` file on each backend: the scores agree within
     1e-5 (float32 sums in another order)."""

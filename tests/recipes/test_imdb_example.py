@@ -109,7 +109,7 @@ def test_main_tiny_slice_and_artifacts(tmp_path):
     )
     assert code == 0
     page = (out / "attention.html").read_text()
-    assert page.count("<summary>Hop") == 2 and "great" in page
+    assert page.count("<summary>Attention, hop") == 2 and "great" in page
     assert (out / "attention.png").read_bytes()[:4] == b"\x89PNG"
 
 
