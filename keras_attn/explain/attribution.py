@@ -91,7 +91,7 @@ def _reader_of_path(path):
     ):
         return KerasReader(opener.load_keras_model(path))
     if is_saved_model(path):
-        return SavedModelReader(opener.load_saved_model(path))
+        return SavedModelReader(opener.load_saved_model(path), path=path)
     return core.as_reader(opener.open(path))
 
 
@@ -345,10 +345,10 @@ class SavedModelReader(core.NamedOutputs):
     has seen. `known` comes from a `known_words` output where there is
     one."""
 
-    def __init__(self, loaded, batch_size=64):
+    def __init__(self, loaded, batch_size=64, path="the SavedModel"):
         from keras_attn.loading.opener import saved_classifier
 
-        self.function = saved_classifier(loaded, "the SavedModel")
+        self.function = saved_classifier(loaded, path)
         _, specs = self.function.structured_input_signature
         (self.input,) = specs
         outputs = self.function.structured_outputs

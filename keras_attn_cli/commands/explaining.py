@@ -36,7 +36,7 @@ def _reader(path, accelerator):
     if is_saved_model(path):
         from keras_attn.loading.opener import load_saved_model
 
-        return explaining.SavedModelReader(load_saved_model(path))
+        return explaining.SavedModelReader(load_saved_model(path), path=path)
     artifact = open_model(path, accelerator, flag="model")
     model = getattr(artifact, "classifier", None)
     if model is None:
