@@ -9,7 +9,7 @@ def find_vectorizer(model):
 
     found = [
         layer
-        for layer in _walk(model)
+        for layer in walk(model)
         if isinstance(layer, keras.layers.TextVectorization)
     ]
     if len(found) != 1:
@@ -20,11 +20,11 @@ def find_vectorizer(model):
     return found[0]
 
 
-def _walk(model):
-    for layer in model.layers:
+def walk(model):
+    """Every layer of `model`, nested models' layers included."""
+    for layer in getattr(model, "layers", []):
         yield layer
-        if hasattr(layer, "layers"):
-            yield from _walk(layer)
+        yield from walk(layer)
 
 
 def attend(model, texts):
@@ -81,7 +81,7 @@ def own_words(text, n, index, ids):
 
 
 def _attend_runtime(classifier, texts):
-    from keras_attn_runtime.text import tokens
+    from keras_attn_runtime.attribution import ClassifierReader
 
     out = classifier.predict(texts)
     if "attention" not in out:
@@ -89,23 +89,21 @@ def _attend_runtime(classifier, texts):
             "Expected a model whose outputs include 'attention'. Received "
             f"outputs: {sorted(out)}"
         )
-    tokenizer = classifier.tokenizer
-    limit = tokenizer.length or tokenizer.max_tokens
     results = []
-    for i, text in enumerate(texts):
-        words = list(tokens(text, limit))
-        known = np.array([w in tokenizer.index for w in words], dtype=bool)
+    for i, item in enumerate(ClassifierReader(classifier).read(texts)):
         results.append(
             {
-                "text": text,
+                "text": item.text,
                 "probability": float(np.ravel(out["probability"][i])[0]),
                 "tokens": [
                     w if k else "[UNK]"
-                    for w, k in zip(words, known, strict=True)
+                    for w, k in zip(item.words, item.known, strict=True)
                 ],
-                "words": words,
-                "known": known,
-                "attention": np.asarray(out["attention"][i])[:, : len(words)],
+                "words": item.words,
+                "known": item.known,
+                "attention": np.asarray(out["attention"][i])[
+                    :, : len(item.ids)
+                ],
             }
         )
     return results

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from keras_attn.explain.attention import find_vectorizer, own_words
+from keras_attn.explain.attention import find_vectorizer, own_words, walk
 from keras_attn_runtime import attribution as core
 from keras_attn_runtime.opener import is_saved_model
 from keras_attn_runtime.text import tokens
@@ -95,12 +95,6 @@ def _reader_of_path(path):
     return core.as_reader(opener.open(path))
 
 
-def _walk(model):
-    for layer in getattr(model, "layers", []):
-        yield layer
-        yield from _walk(layer)
-
-
 def _pad(rows, length):
     width = length or max([len(r) for r in rows] + [1])
     batch = np.zeros((len(rows), width), "int32")
@@ -151,7 +145,7 @@ class KerasReader(core.NamedOutputs):
             )
         self.embeddings = [
             layer
-            for layer in _walk(self.tokens)
+            for layer in walk(self.tokens)
             if isinstance(layer, keras.layers.Embedding)
         ]
         self._values = None
@@ -196,7 +190,7 @@ class KerasReader(core.NamedOutputs):
         if self._values is None:
             found = [
                 (host, layer)
-                for host in [self.tokens, *_walk(self.tokens)]
+                for host in [self.tokens, *walk(self.tokens)]
                 for layer in getattr(host, "layers", [])
                 if isinstance(layer, StructuredSelfAttention)
             ]

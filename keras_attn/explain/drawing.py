@@ -211,12 +211,24 @@ def write_html(result, path):
         "<h2>All hops (mean)</h2>",
         f"<p class='text' id='mean'>{_paragraph(pieces, mean, known, top)}</p>",
     ]
-    for h in range(a.shape[0]):
-        parts.append(f"<details><summary>Hop {h + 1}</summary>")
+    parts += _hop_details(pieces, a, known, top, "Hop")
+    return _write(parts, path)
+
+
+def _hop_details(pieces, hops, known, top, heading):
+    """Each hop's map on the one scale `top`, folded under `heading N`."""
+    parts = []
+    for h, row in enumerate(hops):
+        parts.append(f"<details><summary>{heading} {h + 1}</summary>")
         parts.append(
-            f"<p class='text'>{_paragraph(pieces, a[h], known, top)}</p>"
+            f"<p class='text'>{_paragraph(pieces, row, known, top)}</p>"
             "</details>"
         )
+    return parts
+
+
+def _write(parts, path):
+    """The page's lines, written atomically to `path`."""
     with _replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write("\n".join(parts) + "\n")
     return path
@@ -302,15 +314,8 @@ def write_page(result, maps, path):
     if hops is not None:
         a = np.asarray(hops, "float64")
         top = max(max(_row_weights(pieces, row) or [0.0]) for row in a)
-        for h in range(a.shape[0]):
-            parts.append(f"<details><summary>Attention, hop {h + 1}</summary>")
-            parts.append(
-                f"<p class='text'>{_paragraph(pieces, a[h], known, top)}</p>"
-                "</details>"
-            )
-    with _replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(parts) + "\n")
-    return path
+        parts += _hop_details(pieces, a, known, top, "Attention, hop")
+    return _write(parts, path)
 
 
 def heatmap_labels(result):
