@@ -194,44 +194,28 @@ def served_artifact(value, models_root):
     )
 
 
-def served_versions(value, models_root, choice="latest"):
-    """`(name, {version: path})` of what `keras-attn serve` serves for
-    `value`: a folder of numbered versions (`MODEL/1/`, `MODEL/2/`, each
-    what `served_artifact` takes), as TensorFlow Serving lays them out,
-    with the versions `choice` picks (`"latest"`, `"all"` or `"N,M"`);
-    anything else is version 1."""
+def served_source(value, models_root, choice="latest"):
+    """`keras_attn_cli.serving.versions.Source` of what `keras-attn serve`
+    serves for `value`: a folder of numbered versions (`MODEL/1/`,
+    `MODEL/2/`, each what `served_artifact` takes), as TensorFlow Serving
+    lays them out, watched with the policy `choice` names (`latest`,
+    `latest:N`, `all` or `N,M`, each of which must be there at start);
+    anything else is version 1, read once."""
+    from keras_attn_cli.serving import versions
+
+    policy = versions.parse_policy(choice)
     path = named_path(value, models_root)
-    numbered = []
-    if os.path.isdir(path):
-        numbered = sorted(
-            int(entry)
-            for entry in os.listdir(path)
-            if entry.isdigit() and os.path.isdir(os.path.join(path, entry))
-        )
-    if not numbered:
+    found = versions.numbered(path) if os.path.isdir(path) else {}
+    if not found:
         name, artifact = served_artifact(value, models_root)
-        found = {1: artifact}
-    else:
-        name = os.path.basename(os.path.abspath(path))
-        found = {
-            v: served_artifact(os.path.join(path, str(v)), None)[1]
-            for v in numbered
-        }
-    if choice == "latest":
-        return name, {max(found): found[max(found)]}
-    if choice == "all":
-        return name, found
-    try:
-        wanted = sorted({int(v) for v in choice.split(",")})
-    except ValueError:
-        wanted = None
-    if not wanted or any(v not in found for v in wanted):
+        return versions.Source(name, fixed={1: artifact})
+    name = os.path.basename(os.path.abspath(path))
+    if policy[0] == "specific" and not policy[1] <= set(found):
         raise ValueError(
-            "Expected --model-versions to be latest, all or versions of "
-            f"{name!r} ({sorted(found)}), comma-separated. Received: "
-            f"--model-versions={choice}"
+            f"Expected --model-versions to be {versions.POLICIES} of "
+            f"{name!r} ({sorted(found)}). Received: --model-versions={choice}"
         )
-    return name, {v: found[v] for v in wanted}
+    return versions.Source(name, os.path.abspath(path), policy)
 
 
 def check_model_name(name):

@@ -154,6 +154,22 @@ SERVE_FLAGS = (
 )
 
 
+# `keras-attn serve`'s polling periods, TensorFlow Serving's flags:
+# (flag, default, help); 0 reads once, at start.
+POLL_FLAGS = {
+    "--file-system-poll-wait-seconds": (
+        1.0,
+        "seconds between looks at each folder of numbered versions, for "
+        "new and removed versions (0: read once, at start)",
+    ),
+    "--model-config-file-poll-wait-seconds": (
+        0.0,
+        "seconds between reads of --model-config-file, which add and "
+        "remove models (0: read once, at start)",
+    ),
+}
+
+
 def _shown(default):
     """A serve flag's default as `--help` says it (`None`: auto)."""
     return "auto" if default is None else default
@@ -333,7 +349,34 @@ COMMANDS = (
                 "--model-versions",
                 default="latest",
                 help="of a folder of numbered versions (MODEL/1/, MODEL/2/): "
-                "latest, all or N,M (default: latest)",
+                "latest, latest:N (the N newest), all or N,M (default: "
+                "latest)",
+            ),
+            *(
+                _flag(
+                    flag,
+                    type=float,
+                    default=default,
+                    metavar="SECONDS",
+                    help=f"{text} (default: {default:g})",
+                )
+                for flag, (default, text) in POLL_FLAGS.items()
+            ),
+            _flag(
+                "--model-config-file",
+                default=None,
+                metavar="FILE",
+                help="TensorFlow Serving's model config file (text "
+                "protobuf, model_config_list), instead of MODEL arguments "
+                "(default: none)",
+            ),
+            _flag(
+                "--require-signature",
+                default=None,
+                metavar="PEM",
+                help="serve only models signed (keras-attn sign) by this "
+                "public key, or by a certificate this chain of PEM "
+                "certificates issues; others are refused (default: none)",
             ),
             _flag(
                 "--auth-token-file",

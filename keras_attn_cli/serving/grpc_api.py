@@ -12,7 +12,7 @@ health checks needs `authorization: Bearer TOKEN` in its metadata.
 
 import grpc
 
-from keras_attn_cli.serving import access, plane, registry, tensor_protos
+from keras_attn_cli.serving import access, plane, tensor_protos
 from keras_attn_cli.serving import open_inference as oip
 from keras_attn_cli.serving import tf_serving_api as api
 from keras_attn_cli.serving.limits import LOGGER, RequestError, log_refusal
@@ -123,19 +123,35 @@ async def model_metadata(models, request, context):
 
 
 async def model_status(models, request, context):
-    """`ModelService.GetModelStatus`: the served versions (or the one
-    asked for), each available, the newest first."""
+    """`ModelService.GetModelStatus`: what the REST status route answers
+    (`tf_serving_api.status`: the served versions, or the one asked for,
+    and those that failed to load), as its proto."""
     from tensorflow_serving.apis import get_model_status_pb2
 
     spec = request.model_spec
-    model = await find(models, spec, context, MODEL_SERVICE + "GetModelStatus")
-    served = registry.version_table(models)[spec.name]
-    numbers = [model.version] if spec.HasField("version") else served
+    failed = models.failed.get(spec.name)
+    if (
+        failed
+        and not models.versions(spec.name)
+        and not spec.HasField("version")
+    ):
+        answer = api.status((), failed)
+    else:
+        method = MODEL_SERVICE + "GetModelStatus"
+        model = await find(models, spec, context, method)
+        if spec.HasField("version"):
+            answer = api.status([model.version])
+        else:
+            answer = api.status(models.versions(spec.name), failed)
     response = get_model_status_pb2.GetModelStatusResponse()
-    for version in sorted((int(v) for v in numbers), reverse=True):
+    states = get_model_status_pb2.ModelVersionStatus.State
+    for entry in answer["model_version_status"]:
         status = response.model_version_status.add()
-        status.version = version
-        status.state = get_model_status_pb2.ModelVersionStatus.AVAILABLE
+        status.version = int(entry["version"])
+        status.state = states.Value(entry["state"])
+        if entry["state"] != "AVAILABLE":
+            status.status.error_code = 2  # UNKNOWN, TensorFlow's code
+            status.status.error_message = entry["status"]["error_message"]
     return response
 
 

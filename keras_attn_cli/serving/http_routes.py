@@ -129,8 +129,9 @@ class VersionRoutes:
     (`/v1/models/NAME/versions/N[:predict|/metadata]`, `.../labels/L...`)
     and KServe v2's (`/v2/models/NAME/versions/N/...`, and its
     `?model_version=N` query), each sent on to the model registered for
-    that version; a version not served, or a label, is a 404 naming
-    it."""
+    that version; a version or label not served is a 404 naming it.
+    `models`: the `Registry`, read at each request (versions come and
+    go)."""
 
     ROUTE = re.compile(
         r"/(v1|v2)/models/([^/:]+)/(versions|labels)/([^/:]+)(.*)"
@@ -140,8 +141,8 @@ class VersionRoutes:
     NAMED = re.compile(r"/(v1|v2)/models/([^/:]+)/(versions|labels)(/.*)?")
     V2 = re.compile(r"/v2/models/([^/:]+)(/.*)?")
 
-    def __init__(self, app, versions):
-        self.app, self.versions = app, versions
+    def __init__(self, app, models):
+        self.app, self.models = app, models
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "") if scope["type"] == "http" else ""
@@ -153,7 +154,7 @@ class VersionRoutes:
         if asked and self.V2.fullmatch(path):
             name, rest = self.V2.fullmatch(path).groups()
             try:
-                key = registry.lookup(self.versions, name, version=asked[-1])
+                key = self.models.key(name, version=asked[-1])
             except registry.NotServed as err:
                 return await _json(send, 404, str(err))
             path = f"/v2/models/{key}{rest or ''}"
@@ -178,8 +179,7 @@ class VersionRoutes:
         if found:
             protocol, name, kind, value, rest = found.groups()
             try:
-                key = registry.lookup(
-                    self.versions,
+                key = self.models.key(
                     name,
                     version=value if kind == "versions" else None,
                     label=value if kind == "labels" else None,
@@ -242,15 +242,18 @@ def add_tf_serving_routes(app, models, max_body_bytes, access=None):
         except plane.NotServed as err:
             return None, JSONResponse({"error": str(err)}, status_code=404)
 
-    versions = registry.version_table(models)
-
     async def model_status(model_name: str):
         model, missing = find(model_name)
+        if missing and model_name in models.failed:  # none loaded yet
+            return api.status((), models.failed[model_name])
         if missing:
             return missing
         if "@" in model_name:  # one version, asked for by its number
             return api.status([model.version])
-        return api.status(versions[model.public_name])
+        return api.status(
+            models.versions(model.public_name),
+            models.failed.get(model.public_name),
+        )
 
     async def model_metadata(model_name: str):
         model, missing = find(model_name)
@@ -281,5 +284,5 @@ def add_tf_serving_routes(app, models, max_body_bytes, access=None):
     app.add_exception_handler(RequestValidationError, invalid_body)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(V2JsonBody)
-    app.add_middleware(VersionRoutes, versions=versions)
+    app.add_middleware(VersionRoutes, models=models)
     app.add_middleware(Gate, access=access or {})  # outermost: first

@@ -11,6 +11,7 @@ import asyncio
 import json
 import threading
 import time
+import weakref
 
 from keras_attn_cli.serving import openai_api as rules
 from keras_attn_cli.serving import openai_events as sse
@@ -32,29 +33,30 @@ def add_openai_routes(app, models):
     name: ServedModel}`), for those that are generative."""
     from fastapi import Request
 
-    generative = {
-        name: model
-        for name, model in models.items()
-        if "@" not in name and rules.is_generative(model.generator.signatures)
-    }
-    streams = {
-        name
-        for name, model in generative.items()
-        if can_stream(model.generator)
-    }
+    def generative():  # read at each request: versions come and go
+        return {
+            name: model
+            for name, model in models.items()
+            if "@" not in name
+            and rules.is_generative(model.generator.signatures)
+        }
+
     created = int(time.time())
-    admissions = {
-        name: Admission(
-            name,
-            stream_limit(model.limits, model.generator),
-            model.limits["max_queue"],
-        )
-        for name, model in generative.items()
-        if name in streams
-    }
+    # Each served model's admission, made on its first stream (a new
+    # version has its own).
+    admissions = weakref.WeakKeyDictionary()
+
+    def admission_of(model):
+        if model not in admissions:
+            admissions[model] = Admission(
+                model.public_name,
+                stream_limit(model.limits, model.generator),
+                model.limits["max_queue"],
+            )
+        return admissions[model]
 
     def find(name):  # the plane's lookup, over the generative models
-        return plane.find(generative, name)
+        return plane.find(generative(), name)
 
     async def answer(request, chat):
         try:
@@ -66,8 +68,8 @@ def add_openai_routes(app, models):
             )
             _check_window(model.generator, settings["prompt"], chat)
             _check_sampling(model.generator, settings)
-            if settings["model"] in streams:
-                admission = admissions[settings["model"]]
+            if can_stream(model.generator):
+                admission = admission_of(model)
                 return await _decoded(request, model, settings, admission, chat)
             text = await _complete(model, settings["prompt"])
         except rules.OpenAIError as err:
@@ -86,7 +88,7 @@ def add_openai_routes(app, models):
         return await answer(request, chat=True)
 
     async def list_models():
-        return rules.model_list(generative, created)
+        return rules.model_list(generative(), created)
 
     app.add_api_route(f"{rules.PREFIX}/models", list_models, methods=["GET"])
     app.add_api_route(
@@ -95,7 +97,7 @@ def add_openai_routes(app, models):
     app.add_api_route(
         f"{rules.PREFIX}/chat/completions", chat_completions, methods=["POST"]
     )
-    return sorted(generative)
+    return sorted(generative())
 
 
 def _failure_logger(request):

@@ -217,21 +217,23 @@ def corrected(document, model_management=False, model_names=()):
     return document
 
 
-def install(app, model_management=False, model_names=()):
+def install(app, model_management=False, model_names=tuple):
     """`app.openapi` (FastAPI's `/openapi.json`) answering `corrected`'s
-    document, made once, and the `/docs` and `/redoc` pages reading
-    it."""
+    document, made again when `model_names()` (the names served now)
+    changes, and the `/docs` and `/redoc` pages reading it."""
     from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
     from fastapi.openapi.utils import get_openapi
 
+    made_for = []
+
     def openapi():
-        if app.openapi_schema is None:
+        names = tuple(sorted(model_names()))
+        if app.openapi_schema is None or made_for != [names]:
             document = get_openapi(
                 title=app.title, version=app.version, routes=app.routes
             )
-            app.openapi_schema = corrected(
-                document, model_management, model_names
-            )
+            app.openapi_schema = corrected(document, model_management, names)
+            made_for[:] = [names]
         return app.openapi_schema
 
     app.openapi = openapi

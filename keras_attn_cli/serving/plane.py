@@ -42,10 +42,9 @@ def find(models, name, version=None, label=None):
     """The served model (`{registered name: ServedModel}`'s value) that
     `name` at `version` (a number; `None`: the latest) or `label` names;
     a `NotServed` naming what is served otherwise."""
-    key = registry.lookup(
-        registry.version_table(models), name, version=version, label=label
-    )
-    return models[key]
+    if not isinstance(models, registry.Registry):
+        models = registry.Registry(models)
+    return models.find(name, version=version, label=label)
 
 
 def signature_key(signatures, asked=None):

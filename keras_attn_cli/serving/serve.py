@@ -26,7 +26,9 @@ from keras_attn_cli.serving import (
     openai_routes,
     openapi_document,
     plane,
+    registry,
     served,
+    versions,
 )
 from keras_attn_cli.serving.limits import LOGGER, log_refusal
 
@@ -43,7 +45,7 @@ LOGGERS = (
 
 
 def serve(
-    artifacts,
+    sources,
     host,
     port,
     allow_unsafe,
@@ -53,37 +55,45 @@ def serve(
     access=None,
     accelerator="cpu",
     log_level="info",
+    watching=None,
+    verify=None,
 ):
-    """Load `artifacts` (`[(name, {version: path})]`, or `(name, path)`
-    for version 1) and serve them until SIGTERM or SIGINT, which finish
-    the requests in flight and return 0. `access`: `access.ACCESS`'s
-    keys (a bearer token, the routes turned on, the gRPC port).
-    `accelerator`: where LiteRT runs a `.tflite` (`"cpu"`, `"gpu"`,
-    `"npu"`). `log_level`: one of `LOG_LEVELS`."""
+    """Load `sources` (`{name: versions.Source}`) and serve them until
+    SIGTERM or SIGINT, which finish the requests in flight and return 0.
+    `access`: `access.ACCESS`'s keys (a bearer token, the routes turned
+    on, the gRPC port). `accelerator`: where LiteRT runs a `.tflite`
+    (`"cpu"`, `"gpu"`, `"npu"`). `log_level`: one of `LOG_LEVELS`.
+    `watching`: `{"poll_s": seconds between polls of the version folders
+    (0: read once), "config": (read, poll_s) or None}` (`versions.
+    Watcher`). `verify`: a `keras_attn_runtime.signing.Verifier` every
+    version must pass before it is read, or `None`."""
     if log_level not in LOG_LEVELS:
         raise ValueError(
             f"Expected log_level to be one of {LOG_LEVELS}. Received: "
             f"log_level={log_level!r}"
         )
-    names = [name for name, _ in artifacts]
-    if len(set(names)) != len(names):
-        raise ValueError(
-            f"Two models would be served under one name. Received: {names}"
-        )
     access = {**access_rule.ACCESS, **(access or {})}
+    watching = {"poll_s": 1.0, "config": None, **(watching or {})}
     # Ports first: a busy one is refused before minutes of loading, and
     # before anything says "serving".
     sock = _listen(host, port, "--port")
     if access.get("grpc_port", 0):
         _listen(host, access["grpc_port"], "--grpc-port").close()
+    models = registry.Registry()
+    load = served.version_loader(
+        limits, batching, log, allow_unsafe, accelerator, verify
+    )
+    watcher = versions.Watcher(
+        models, sources, load, log, watching["poll_s"], watching["config"]
+    )
     try:
-        models = served.load_models(
-            artifacts, limits, batching, log, allow_unsafe, accelerator
-        )
+        watcher.start()
     except BaseException:
         sock.close()
         raise
-    return _run_server(models, host, sock, limits, log, access, log_level)
+    return _run_server(
+        models, host, sock, limits, log, access, log_level, watcher
+    )
 
 
 def _grpc_services():
@@ -170,7 +180,7 @@ def _finish_app(rest, app, models, access):
     openapi_document.install(
         app,
         access.get("model_management"),
-        sorted({m.public_name for m in models.values()}),
+        lambda: {m.public_name for m in models.values()},
     )
 
 
@@ -211,7 +221,9 @@ def _client_error_handlers(app):
         app.add_exception_handler(kind, handler(status))
 
 
-def _run_server(models, host, sock, limits, log, access, log_level="info"):
+def _run_server(
+    models, host, sock, limits, log, access, log_level="info", watcher=None
+):
     import kserve
     import uvicorn
     from kserve.model_server import app
@@ -221,8 +233,17 @@ def _run_server(models, host, sock, limits, log, access, log_level="info"):
     server = kserve.ModelServer(
         http_port=port, enable_grpc=False, enable_latency_logging=False
     )
-    for model in models.values():
-        server.register_model(model)
+    for key, model in models.items():
+        server.register_model(model, key)
+
+    def kserve_follows(removed, added):  # the watcher's swaps, on the loop
+        repository = server.registered_models.get_models()
+        for key in removed:
+            repository.pop(key, None)
+        for key, model in added.items():
+            server.register_model(model, key)
+
+    models.listeners.append(kserve_follows)
     http_routes.add_tf_serving_routes(
         app, models, limits["max_body_bytes"], access
     )
@@ -246,7 +267,7 @@ def _run_server(models, host, sock, limits, log, access, log_level="info"):
         signal.signal(sig, lambda number, frame: stopping.append(number))
 
     async def run():
-        rpc = None
+        rpc = watching = None
         if grpc_port:  # built in the loop it runs on
             from keras_attn_cli.serving import grpc_api
 
@@ -281,8 +302,11 @@ def _run_server(models, host, sock, limits, log, access, log_level="info"):
             # then cost what requests made: a full pass over them took
             # about 50 ms on two cores, a pause in every stream.
             gc.freeze()
+            watching = asyncio.create_task(watcher.run()) if watcher else None
             await uvicorn.Server(rest.config).serve(sockets=[sock])
         finally:
+            if watching is not None:
+                watching.cancel()
             sock.close()
             if rpc is not None:
                 await rpc.stop(grace=30)

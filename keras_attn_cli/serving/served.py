@@ -276,21 +276,34 @@ def model_error(err):
     return f"The model failed to run: {op_error_line(str(err))}"
 
 
-def load_models(artifacts, limits, batching, log, allow_unsafe, accelerator):
-    """`{registered name: ServedModel}` of `artifacts` (see `serve`)."""
+def version_loader(
+    limits, batching, log, allow_unsafe, accelerator, verify=None
+):
+    """`load(source, version, path) -> ServedModel` for the version
+    watcher (`keras_attn_cli.serving.versions`): the artifact at `path`
+    checked against its signature first (`verify`, a
+    `keras_attn_runtime.signing.Verifier`, when one is required), opened
+    under the trust rules, given its streaming companion and warmed up
+    (`keras_attn_cli.serving.warmup`); one line told of it."""
+    from keras_attn_cli.serving import warmup
+
     ServedModel = served_model_class()
-    models = {}
-    for name, versions in artifacts:
-        if isinstance(versions, str):
-            versions = {1: versions}
-        latest = max(versions)
-        for version, path in sorted(versions.items()):
-            key = name if version == latest else f"{name}@{version}"
-            start = time.perf_counter()
-            backend = load_backend(path, allow_unsafe, accelerator)
-            models[key] = ServedModel(key, backend, limits, batching, version)
-            companion = streaming_companion(path, backend, accelerator)
-            models[key].generator = companion or backend
-            took = time.perf_counter() - start
-            log(f"loaded {name} version {version} from {path} in {took:.1f} s")
-    return models
+
+    def load(source, version, path):
+        start = time.perf_counter()
+        if verify is not None:
+            verify(path)
+        backend = load_backend(path, allow_unsafe, accelerator)
+        model = ServedModel(source.name, backend, limits, batching, version)
+        model.generator = streaming_companion(path, backend, accelerator)
+        model.generator = model.generator or backend
+        loaded = time.perf_counter()
+        calls = warmup.warm_up(backend, model.generator)
+        log(
+            f"loaded {source.name} version {version} from {path} in "
+            f"{loaded - start:.1f} s, warmed up in "
+            f"{time.perf_counter() - loaded:.1f} s ({calls} calls)"
+        )
+        return model
+
+    return load

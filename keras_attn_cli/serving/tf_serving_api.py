@@ -235,17 +235,19 @@ def format_predict(outputs, form):
     }
 
 
-def status(versions=("1",)):
-    """`GET /v1/models/NAME`: the versions served, each available, the
-    newest first."""
+def status(versions=("1",), failed=None):
+    """`GET /v1/models/NAME`: the versions served, each available, and
+    those that failed to load (`failed`, `{version: message}`: END with
+    the error, as TensorFlow Serving reports them), the newest first."""
+    ok = {"error_code": "OK", "error_message": ""}
+    states = {int(v): ("AVAILABLE", ok) for v in versions}
+    for version, message in (failed or {}).items():
+        error = {"error_code": "UNKNOWN", "error_message": message}
+        states.setdefault(int(version), ("END", error))
     return {
         "model_version_status": [
-            {
-                "version": str(version),
-                "state": "AVAILABLE",
-                "status": {"error_code": "OK", "error_message": ""},
-            }
-            for version in sorted(versions, key=int, reverse=True)
+            {"version": str(version), "state": state, "status": status}
+            for version, (state, status) in sorted(states.items(), reverse=True)
         ]
     }
 

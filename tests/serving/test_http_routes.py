@@ -6,10 +6,11 @@ the health routes always open), and the token file's checks."""
 
 import asyncio
 import json
+import types
 
 import pytest
 
-from keras_attn_cli.serving import http_routes
+from keras_attn_cli.serving import http_routes, registry
 
 
 async def _app(scope, receive, send):
@@ -96,6 +97,20 @@ def test_the_token_file_holds_one_printable_token(tmp_path):
         http_routes.read_token(str(tmp_path / "missing"))
 
 
+def served_models(**versions):
+    """A `Registry` of stand-in models: each name's versions, the
+    latest first (registered under the name, the others as
+    `name@version`)."""
+    models = {}
+    for name, numbers in versions.items():
+        for version in numbers:
+            key = registry.key_of(name, version, max(numbers))
+            models[key] = types.SimpleNamespace(
+                public_name=name, version=version
+            )
+    return registry.Registry(models)
+
+
 async def _echo(scope, receive, send):
     """Answers 200 with the path and query it was sent."""
     body = json.dumps(
@@ -109,8 +124,8 @@ def test_v2s_model_version_query_reaches_the_served_version():
     """KServe v2's `?model_version=N` (in its OpenAPI document) names a
     version as `/versions/N` does: a served one answers, another version
     or an unknown model is a 404 naming what is served."""
-    versions = {"m": {"1": "m@1", "2": "m"}, "solo": {"1": "solo"}}
-    app = http_routes.VersionRoutes(_echo, versions)
+    models = served_models(m=(2, 1), solo=(1,))
+    app = http_routes.VersionRoutes(_echo, models)
     infer = "/v2/models/m/infer"
     status, body, _ = call(app, infer, query=b"model_version=1&x=y")
     assert status == 200
@@ -133,8 +148,7 @@ def test_a_malformed_version_in_the_path_is_a_404_naming_it():
     """A version the route cannot read (empty, or starting with `:`) was
     passed on to KServe, which answered 501 "Model versioning not
     supported yet"; it is a 404 naming what was received, on v1 and v2."""
-    versions = {"m": {"1": "m"}}
-    app = http_routes.VersionRoutes(_echo, versions)
+    app = http_routes.VersionRoutes(_echo, served_models(m=(1,)))
     for path in (
         "/v2/models/m/versions//ready",
         "/v2/models/m/versions/:x/ready",

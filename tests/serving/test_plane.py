@@ -4,7 +4,7 @@ a call without the token; and the adapters reading them."""
 
 import pytest
 
-from keras_attn_cli.serving import plane
+from keras_attn_cli.serving import plane, registry
 from keras_attn_cli.serving.limits import RequestError
 
 
@@ -73,7 +73,7 @@ def test_the_adapters_read_the_plane():
         signatures = {"translate": None, "serving_default": None}
 
     app = FastAPI()
-    models = dict(MODELS)
+    models = registry.Registry(MODELS)
     http_routes.add_tf_serving_routes(app, models, 1 << 20)
     got = TestClient(app).get("/v1/models/nope")
     assert got.status_code == 404
