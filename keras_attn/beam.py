@@ -58,6 +58,7 @@ class SavedModelClassifierHandler(TextModelHandler):
     def load_model(self):
         from keras_attn.loading.opener import SavedModelArtifact
 
+        self.check_signature()
         path = _saved_model_folder(self.model_path, "saved_model")
         return SavedModelArtifact(path, self.allow_unsafe)
 
@@ -99,6 +100,7 @@ class SavedModelTranslatorHandler(TextModelHandler):
     def load_model(self):
         from keras_attn.loading.opener import SavedModelArtifact
 
+        self.check_signature()
         path = _saved_model_folder(self.model_path, "saved_model")
         model = SavedModelArtifact(path, self.allow_unsafe)
         if self.signature not in model.signatures:

@@ -73,6 +73,8 @@ _EXTRAS = {
     "matplotlib": "examples",
     "tensorflow": "cpu",
     "kserve": "serve",
+    "model_signing": "signing",
+    "OpenSSL": "signing",
 }
 
 

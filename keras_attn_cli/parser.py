@@ -60,6 +60,17 @@ def _unsafe(verb):
     )
 
 
+def _require_signature(verb):
+    return _flag(
+        "--require-signature",
+        default=None,
+        metavar="PEM",
+        help=f"{verb} only a model signed (keras-attn sign) with this public "
+        "key, or by a certificate this chain of PEM certificates issued; "
+        "another is refused before it is read (default: not checked)",
+    )
+
+
 def _overwrite(what):
     return _flag("--overwrite", action="store_true", help=f"replace {what}")
 
@@ -269,7 +280,69 @@ COMMANDS = (
                 "own length (recurrent models get faster; with int8 only "
                 "for models without a recurrent layer)",
             ),
+            _flag(
+                "--sign-private-key",
+                default=None,
+                metavar="PEM",
+                help="sign each file written with this elliptic-curve key "
+                "(keras-attn sign; default: not signed)",
+            ),
+            _flag(
+                "--sign-certificate",
+                default=None,
+                metavar="PEM",
+                help="the signing key's certificate (default: the key alone)",
+            ),
+            _flag(
+                "--sign-certificate-chain",
+                nargs="*",
+                default=(),
+                metavar="PEM",
+                help="the certificates that issued --sign-certificate",
+            ),
             _overwrite("destinations that are not earlier exports"),
+        ),
+    ),
+    (
+        "sign",
+        "sign a model folder or file (OpenSSF model signing), for "
+        "serve --require-signature",
+        (
+            _flag("model", help="a model folder or file"),
+            _flag(
+                "--private-key",
+                required=True,
+                metavar="PEM",
+                help="the elliptic-curve private key to sign with",
+            ),
+            _flag(
+                "--certificate",
+                default=None,
+                metavar="PEM",
+                help="the key's certificate (default: sign with the key alone)",
+            ),
+            _flag(
+                "--certificate-chain",
+                nargs="*",
+                default=(),
+                metavar="PEM",
+                help="the certificates that issued --certificate",
+            ),
+            _overwrite("the model's earlier signature"),
+        ),
+    ),
+    (
+        "verify",
+        "check a model folder or file against its signature",
+        (
+            _flag("model", help="a model folder or file"),
+            _flag(
+                "--require-signature",
+                required=True,
+                metavar="PEM",
+                help="the public key the model must be signed with, or the "
+                "chain of certificates that issued its signer's",
+            ),
         ),
     ),
     (
@@ -322,6 +395,7 @@ COMMANDS = (
                 default=None,
                 help="for a .tflite without an embedded vocabulary",
             ),
+            _require_signature("run"),
             _unsafe("run"),
         ),
     ),
@@ -370,14 +444,7 @@ COMMANDS = (
                 "protobuf, model_config_list), instead of MODEL arguments "
                 "(default: none)",
             ),
-            _flag(
-                "--require-signature",
-                default=None,
-                metavar="PEM",
-                help="serve only models signed (keras-attn sign) by this "
-                "public key, or by a certificate this chain of PEM "
-                "certificates issues; others are refused (default: none)",
-            ),
+            _require_signature("serve"),
             _flag(
                 "--auth-token-file",
                 default=None,

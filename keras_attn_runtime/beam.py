@@ -81,6 +81,9 @@ class TextModelHandler(ModelHandler):
             which Beam needs for it to act). Defaults to `False`.
         max_batch_duration_secs: the longest a batch waits to fill.
             Defaults to `None` (`1` with `bucket_by_length`).
+        verify: a `keras_attn_runtime.signing.Verifier` the model must
+            pass on each worker before it is read (its PEM file at the
+            same path there). Defaults to `None` (not checked).
         **kwargs: Beam's other `ModelHandler` arguments (`model_copies`,
             `large_model`, `env_vars`, ...).
     """
@@ -95,6 +98,7 @@ class TextModelHandler(ModelHandler):
         max_batch_size=None,
         bucket_by_length=False,
         max_batch_duration_secs=None,
+        verify=None,
         **kwargs,
     ):
         if not isinstance(model_path, str) or not model_path:
@@ -113,9 +117,17 @@ class TextModelHandler(ModelHandler):
         )
         self.model_path = model_path
         self.bucket_by_length = bucket_by_length
+        self.verify = verify
 
     def load_model(self):
         raise NotImplementedError
+
+    def check_signature(self):
+        """`verify(model_path)` on the worker, before the model is read
+        (a `keras_attn_runtime.signing.SignatureRefused` fails the
+        load)."""
+        if self.verify is not None:
+            self.verify(self.model_path)
 
     def predict(self, model, texts):
         raise NotImplementedError
@@ -178,6 +190,7 @@ class LiteRTHandler(TextModelHandler):
         raise NotImplementedError
 
     def load_model(self):
+        self.check_signature()
         return self.reader()(
             self.model_path,
             num_threads=self.num_threads,

@@ -292,13 +292,18 @@ def open(  # noqa: A001
     vocabulary_path=None,
     allow_unsafe=False,
     flag="path",
+    verify=None,
 ):
     """The artifact at `path` (a file, or a folder read in the order
     above): a LiteRT file run on `accelerator` (`vocabulary_path` for one
     without its vocabulary), an ONNX file, or, through the loader
     registered for it (`register`), a SavedModel (its ops checked unless
     `allow_unsafe`) or a `.keras` file. A `ValueError` naming `flag` when
-    there is none, or no loader for its kind."""
+    there is none, or no loader for its kind. `verify`: a
+    `keras_attn_runtime.signing.Verifier` the model must pass before
+    anything of it is read (a `SignatureRefused` otherwise)."""
+    if verify is not None:
+        verify(path)
     kind, file = found(path, flag)
     if kind == "litert":
         return open_litert(file, accelerator, vocabulary_path)

@@ -54,10 +54,11 @@ def _library():
         import model_signing.hashing
         import model_signing.signing
         import model_signing.verifying
-    except ImportError as err:
-        raise ImportError(
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError(
             f"Signing and verifying models needs model_signing: {INSTALL} "
-            f"({err})"
+            f"({err})",
+            name=err.name,
         ) from None
     return model_signing
 
@@ -82,6 +83,31 @@ def _read_pem(pem, flag):
             f"certificates). Received: {flag}={pem!r}"
         )
     return text
+
+
+def check_signer(signing, names=None):
+    """The PEM files of `signing` (`sign`'s `private_key`, `certificate`
+    and `certificate_chain`) readable, before any work that would sign;
+    a `ValueError` naming the argument (`names`: the CLI's flags)
+    otherwise."""
+    names = {
+        "private_key": "private_key",
+        "certificate": "certificate",
+        "certificate_chain": "certificate_chain",
+        **(names or {}),
+    }
+    unknown = set(signing) - set(names)
+    if unknown or "private_key" not in signing:
+        raise ValueError(
+            "Expected signing to hold private_key, and optionally "
+            f"certificate and certificate_chain. Received: {sorted(signing)}"
+        )
+    _library()
+    _read_pem(signing["private_key"], names["private_key"])
+    if signing.get("certificate") is not None:
+        _read_pem(signing["certificate"], names["certificate"])
+    for pem in signing.get("certificate_chain") or ():
+        _read_pem(pem, names["certificate_chain"])
 
 
 def sign(
@@ -152,6 +178,10 @@ class Verifier:
         """Nothing when `path` is as signed; else a `SignatureRefused`
         naming it and the file that does not match."""
         library = _library()
+        if not os.path.exists(path):
+            raise ValueError(
+                f"Expected a model folder or file to verify. Received: {path!r}"
+            )
         unit, signature = signed_unit(path)
         if not os.path.isfile(signature):
             raise SignatureRefused(

@@ -247,6 +247,7 @@ def export_text_model(
     names=None,
     onnx=None,
     verbose=False,
+    signing=None,
 ):
     """SavedModel, LiteRT and/or ONNX export of a raw-text model, all or
     nothing.
@@ -272,6 +273,12 @@ def export_text_model(
             `metadata_props`. Defaults to `None`.
         verbose: a Keras progress bar over the `"int8"` calibration texts.
             Defaults to `False`.
+        signing: sign each artifact written (`keras_attn_runtime.
+            signing.sign`: `model.sig` inside the SavedModel, `FILE.sig`
+            beside a file) with `{"private_key": PEM, "certificate": PEM,
+            "certificate_chain": [PEM, ...]}` (the certificates
+            optional); the files are checked before any work. Defaults
+            to `None` (not signed).
 
     Returns:
         `{"saved_model": path, "tflite": path, "onnx": path}` for what was
@@ -288,9 +295,13 @@ def export_text_model(
         names,
         onnx,
     )
+    if signing is not None:
+        from keras_attn_runtime.signing import check_signer
+
+        check_signer(signing, names and names.get("signing"))
     split_text_model(text_model)  # the model has the expected shape
     with logs.quiet():
-        return _write_text_model(
+        written = _write_text_model(
             text_model,
             targets,
             quantize,
@@ -300,6 +311,12 @@ def export_text_model(
             {"saved_model": saved_model, "tflite": tflite, "onnx": onnx},
             verbose,
         )
+    if signing is not None:
+        from keras_attn_runtime.signing import sign
+
+        for path in written.values():
+            sign(path, **signing, overwrite=True)
+    return written
 
 
 def _write_text_model(

@@ -10,6 +10,7 @@ from keras_attn_cli.commands.explaining import explain
 from keras_attn_cli.commands.exporting import export
 from keras_attn_cli.commands.scoring import classify, demo, predict
 from keras_attn_cli.commands.serving import serve
+from keras_attn_cli.commands.signing import sign, verify
 from keras_attn_cli.commands.translating import align, translate
 
 
@@ -36,4 +37,6 @@ COMMANDS = {
     "translate": translate,
     "align": align,
     "predict": predict,
+    "sign": sign,
+    "verify": verify,
 }

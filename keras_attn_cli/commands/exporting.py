@@ -32,6 +32,11 @@ def export(args):
         "saved_model": "--saved-model",
         "tflite": "--tflite",
         "onnx": "--onnx",
+        "signing": {
+            "private_key": "--sign-private-key",
+            "certificate": "--sign-certificate",
+            "certificate_chain": "--sign-certificate-chain",
+        },
     }
     model_file = resolve_model(args.model, "model", "keras", args)
     if os.path.isdir(model_file):
@@ -47,13 +52,29 @@ def export(args):
         protect=[model_file],
         names=names,
     )
+    signing = None
+    if args.sign_private_key is not None:
+        signing = {
+            "private_key": args.sign_private_key,
+            "certificate": args.sign_certificate,
+            "certificate_chain": args.sign_certificate_chain,
+        }
+    elif args.sign_certificate or args.sign_certificate_chain:
+        raise ValueError(
+            "Expected --sign-private-key with --sign-certificate. Received: "
+            f"--sign-certificate={args.sign_certificate!r}"
+        )
     # Check destinations and settings before the (slow) model load.
     exporters.check_text_export(**settings)
+    if signing is not None:
+        from keras_attn_runtime.signing import check_signer
+
+        check_signer(signing, names["signing"])
     model = load_classifier(model_file)
     # A progress bar where a person waits (the int8 calibration: a minute
     # for the shipped BiLSTM), none when the output goes to a file or pipe.
     written = exporters.export_text_model(
-        model, **settings, verbose=sys.stdout.isatty()
+        model, **settings, verbose=sys.stdout.isatty(), signing=signing
     )
     if "saved_model" in written:
         print(f"wrote SavedModel {args.saved_model}")
@@ -69,4 +90,6 @@ def export(args):
     if "onnx" in written:
         size = os.path.getsize(args.onnx) / 2**20
         print(f"wrote ONNX {args.onnx} (float32, token ids in, {size:.2f} MiB)")
+    if signing is not None:
+        print(f"signed each with {args.sign_private_key}")
     return 0

@@ -114,7 +114,12 @@ def predict(args):
             raise ValueError(
                 f"Expected a non-empty text. Received: {where}={text!r}"
             )
-    score = scorer(resolve_model(args.artifact, "artifact", "any", args), args)
+    path = resolve_model(args.artifact, "artifact", "any", args)
+    if args.require_signature is not None:
+        from keras_attn_runtime.signing import Verifier
+
+        Verifier(args.require_signature, "--require-signature")(path)
+    score = scorer(path, args)
     texts = iter_texts(args)
     while True:
         chunk = list(itertools.islice(texts, CHUNK))

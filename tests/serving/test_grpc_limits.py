@@ -20,7 +20,12 @@ async def _calls(limit, calls):
     from keras_attn_cli.serving import grpc_api, registry
 
     server, port = grpc_api.build_server(
-        registry.Registry(), None, "127.0.0.1", 0, {}, {**LIMITS, "max_body_bytes": limit}
+        registry.Registry(),
+        None,
+        "127.0.0.1",
+        0,
+        {},
+        {**LIMITS, "max_body_bytes": limit},
     )
     assert port
     await server.start()
