@@ -204,14 +204,18 @@ class Verifier:
 
 def _why(message, unit, verifier):
     """One line of what `model_signing`'s `message` says is wrong."""
-    changed = re.findall(r"Hash mismatch for '([^']+)'", message)
+    # The library's message is a list's repr: a name's quotes may be
+    # escaped (`\'`) when a digest holds a quote.
+    changed = re.findall(r"Hash mismatch for \\?'([^'\\]+)\\?'", message)
     if changed:
         return f"{os.path.join(unit, changed[0])} changed after signing"
     for kind, what in (
         ("Extra", "was added after signing"),
         ("Missing", "was removed after signing"),
     ):
-        pattern = rf"{kind} files (?:found )?in model '[^']*': ([^\"\]]+)"
+        pattern = (
+            rf"{kind} files (?:found )?in model \\?'[^']*\\?': ([^\"'\]\\]+)"
+        )
         found = re.search(pattern, message)
         if found:
             first = found.group(1).split(",")[0].strip()

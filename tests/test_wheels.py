@@ -109,7 +109,7 @@ def test_the_documented_serve_install_serves_every_shipped_model(tmp_path):
     import signal
     import time
 
-    from tests.serving.test_serve import free_port, get, post
+    from tests.serving.live import free_port, get, post
 
     python = fresh_venv(str(tmp_path / "venv"))
     pip_install(python, os.path.join(ROOT, "runtime"), f"{ROOT}[cpu,serve]")

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from tests.serving.test_serve import SHIPPED, output_all, request, start
+from tests.serving.live import SHIPPED, output_all, request, start
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("kserve")

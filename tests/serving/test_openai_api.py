@@ -410,7 +410,7 @@ def serving(*names):
     it (its port as `client.port`); stopped when the module is done."""
     pytest.importorskip("kserve")
     openai = pytest.importorskip("openai")
-    from tests.serving.test_serve import SHIPPED, start
+    from tests.serving.live import SHIPPED, start
 
     if not os.path.isdir(os.path.join(SHIPPED, names[0])):
         pytest.skip(f"no shipped {names[0]}")
@@ -437,7 +437,7 @@ def translations(sentences):
     shipped file's streaming signatures, which OpenAI's routes decode
     with."""
     from keras_attn_runtime import LiteRTTranslator
-    from tests.serving.test_serve import SHIPPED
+    from tests.serving.live import SHIPPED
 
     lite = LiteRTTranslator(
         os.path.join(SHIPPED, "translation_en_fr", "model.tflite")
@@ -535,7 +535,7 @@ def generated(sentences):
     """What the folder's bundle answers, run by the runtime as the server
     runs it (LiteRT-LM's answers: `tests/runtime/test_generator.py`)."""
     from keras_attn_runtime.generator import BundleGenerator
-    from tests.serving.test_serve import SHIPPED
+    from tests.serving.live import SHIPPED
 
     folder = os.path.join(SHIPPED, "translation_en_fr_lm")
     return BundleGenerator(folder, loops=1).generate(sentences)

@@ -12,10 +12,8 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -23,11 +21,22 @@ import numpy as np
 import pytest
 
 from tests.paths import ROOT
+from tests.serving.live import (
+    SHIPPED,
+    free_port,
+    get,
+    infer,
+    output,
+    output_all,
+    post,
+    request,
+    start,
+    versioned_folder,
+)
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("kserve")
 
-SHIPPED = os.path.join(ROOT, "saved_models")
 SHIPPED_NAMES = sorted(os.listdir(SHIPPED))  # every shipped model
 REVIEWS = [
     "A wonderful film, moving and funny.",
@@ -36,85 +45,6 @@ REVIEWS = [
     "   ",
     "Not bad at all, though the ending drags.",
 ]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(*args, wait=240):
-    """A `keras-attn serve` process and its port, once it answers."""
-    port = free_port()
-    command = [sys.executable, "-m", "keras_attn_cli", "serve"]
-    # The server's log goes to a file: a pipe nobody reads would fill up
-    # and stop the server.
-    log = tempfile.TemporaryFile("w+")
-    if "--grpc-port" not in args:  # one free port each, as for HTTP
-        args = (*args, "--grpc-port", str(free_port()))
-    grpc_port = int(args[list(args).index("--grpc-port") + 1])
-    proc = subprocess.Popen(
-        [*command, *args, "--port", str(port)],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    proc.log, proc.grpc_port = log, grpc_port
-    deadline = time.time() + wait
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(output(proc))
-        try:
-            status, _ = get(port, "/v2/health/ready")
-            if status == 200:
-                return proc, port
-        except OSError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise AssertionError("the server did not start")
-
-
-def output(proc):
-    proc.log.seek(0)
-    return proc.log.read()[-3000:]
-
-
-def request(port, method, path, body=None, headers=None):
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    try:
-        connection.request(method, path, body=body, headers=headers or {})
-        response = connection.getresponse()
-        return response.status, json.loads(response.read() or b"null")
-    finally:
-        connection.close()
-
-
-def get(port, path):
-    return request(port, "GET", path)
-
-
-def infer(port, model, texts, outputs=()):
-    """KServe v2's JSON infer of `texts` (BYTES) on `model` (a name, or
-    `NAME/versions/N`): `(status, answer)`."""
-    text = {"name": "text", "datatype": "BYTES", "shape": [len(texts)]}
-    body = {"inputs": [{**text, "data": list(texts)}]}
-    if outputs:
-        body["outputs"] = [{"name": name} for name in outputs]
-    return request(
-        port,
-        "POST",
-        f"/v2/models/{model}/infer",
-        json.dumps(body).encode(),
-        {"Content-Type": "application/json"},
-    )
-
-
-def post(port, model, body):
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return request(port, "POST", f"/v1/models/{model}:predict", data)
 
 
 SERVED_PROCESS = []
@@ -264,11 +194,6 @@ def test_an_answered_request_is_one_log_line(served):
     logged = output_all(proc)[len(before) :].splitlines()
     assert len(logged) == 1, logged
     assert "POST /v1/models/imdb_edge%3Apredict" in logged[0], logged
-
-
-def output_all(proc):
-    proc.log.seek(0)
-    return proc.log.read()
 
 
 def test_a_model_name_and_a_log_level_of_ones_choosing():
@@ -944,28 +869,6 @@ def test_the_client_examples_in_the_docs_run_as_written(served):
             continue
         value = float(re.findall(r"[\d.]+(?:e-?\d+)?", done.stdout)[-1])
         assert 0.5 < value <= 1.0, done.stdout  # "A wonderful film."
-
-
-def versioned_folder(root):
-    """`root/scorer/1/` and `root/scorer/2/`: SavedModels whose answer is
-    the text's length times their version."""
-    import tensorflow as tf
-
-    for version in (1, 2):
-
-        class Scorer(tf.Module):
-            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-            def serve(self, text, version=version):
-                n = tf.cast(tf.strings.length(text), tf.float32)
-                return {"score": n * float(version)}
-
-        module = Scorer()
-        tf.saved_model.save(
-            module,
-            str(root / "scorer" / str(version)),
-            signatures={"serving_default": module.serve},
-        )
-    return str(root / "scorer")
 
 
 def test_numbered_versions_are_served_as_tensorflow_serving_serves_them(
