@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from benchmarks import results
-from tests.serving.test_serve import (
+from tests.serving.live import (
     REVIEWS,
     post,
     same_answer,

@@ -40,7 +40,7 @@ import time
 import numpy as np
 
 from benchmarks import results
-from tests.serving.test_serve import free_port, start
+from tests.serving.live import free_port, start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = "translation_en_fr_lm"

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from benchmarks import results
-from tests.serving.test_serve import REVIEWS, infer, post, start
+from tests.serving.live import REVIEWS, infer, post, start
 
 MODEL = "imdb_ssa"
 

@@ -33,7 +33,7 @@ import time
 
 from benchmarks import results
 from benchmarks.litert_engines import sentences
-from tests.serving.test_serve import output_all, start
+from tests.serving.live import output_all, start
 
 MODELS = ("imdb_edge", "translation_en_fr", "translation_en_fr_lm")
 LONG = " ".join(["word"] * 150)

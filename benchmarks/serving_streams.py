@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from benchmarks import results
-from tests.serving.test_serve import post, request, start
+from tests.serving.live import post, request, start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = "translation_en_fr"

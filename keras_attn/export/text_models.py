@@ -295,10 +295,7 @@ def export_text_model(
         names,
         onnx,
     )
-    if signing is not None:
-        from keras_attn_runtime.signing import check_signer
-
-        check_signer(signing, names and names.get("signing"))
+    _signer_checked(signing, names)
     split_text_model(text_model)  # the model has the expected shape
     with logs.quiet():
         written = _write_text_model(
@@ -311,6 +308,21 @@ def export_text_model(
             {"saved_model": saved_model, "tflite": tflite, "onnx": onnx},
             verbose,
         )
+    return _signed(written, signing)
+
+
+def _signer_checked(signing, names):
+    """`signing`'s key files readable before any work (or nothing to
+    check)."""
+    if signing is not None:
+        from keras_attn_runtime.signing import check_signer
+
+        check_signer(signing, names and names.get("signing"))
+
+
+def _signed(written, signing):
+    """Each of `written` (`{kind: path}`) signed with `signing` (`None`:
+    left unsigned); `written` back."""
     if signing is not None:
         from keras_attn_runtime.signing import sign
 

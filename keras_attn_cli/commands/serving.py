@@ -5,58 +5,12 @@ import os
 
 
 def serve(args):
-    from keras_attn_cli.parser import POLL_FLAGS, SERVE_FLAGS
-    from keras_attn_cli.serving import http_routes, served, versions
+    from keras_attn_cli.serving import http_routes, served
     from keras_attn_cli.serving import serve as server
     from keras_attn_cli.serving.limits import LIMITS
 
-    for flag, kind, _, _ in SERVE_FLAGS:
-        value = getattr(args, flag[2:].replace("-", "_"))
-        # 0 turns gRPC off; with --max-queue, no request waits.
-        off = flag in ("--grpc-port", "--max-queue") and value == 0
-        off = off or value is None  # the model's own (--max-streams)
-        if kind is not str and not off and not value > 0:
-            raise ValueError(
-                f"Expected {flag} to be positive. Received: {flag}={value}"
-            )
-    for flag in ("--port", "--grpc-port"):
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value > 65535:
-            raise ValueError(
-                f"Expected {flag} to be at most 65535. Received: {flag}={value}"
-            )
-    if args.grpc_port == args.port:
-        raise ValueError(
-            "Expected --grpc-port to differ from --port. Received: "
-            f"--grpc-port={args.grpc_port}"
-        )
-    for flag in POLL_FLAGS:
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if not value >= 0:
-            raise ValueError(
-                f"Expected {flag} to be 0 or more. Received: {flag}={value}"
-            )
-    config = None
-    if args.model_config_file is not None:
-        if args.model or args.model_name is not None:
-            raise ValueError(
-                "Expected the models in --model-config-file or as MODEL "
-                "arguments, not both. Received: --model-config-file="
-                f"{args.model_config_file!r} and MODEL={args.model}"
-            )
-        config_path = args.model_config_file
-
-        def config():
-            return versions.read_model_config(config_path)
-
-        sources = config()
-        if not sources:
-            raise ValueError(
-                "Expected --model-config-file to name at least one model. "
-                f"Received: --model-config-file={config_path!r}"
-            )
-    else:
-        sources = _sources(args)
+    _check_flags(args)
+    sources, config = _model_sources(args)
     limits = {key: getattr(args, key) for key in LIMITS}
     batching = {key: getattr(args, key) for key in served.BATCHING}
     verify = None
@@ -121,3 +75,64 @@ def _sources(args):
             f"Two models would be served under one name. Received: {names}"
         )
     return {source.name: source for source in sources}
+
+
+def _check_flags(args):
+    """The numbers and ports `serve` takes, checked (a `ValueError`
+    naming the flag)."""
+    from keras_attn_cli.parser import POLL_FLAGS, SERVE_FLAGS
+
+    for flag, kind, _, _ in SERVE_FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        # 0 turns gRPC off; with --max-queue, no request waits.
+        off = flag in ("--grpc-port", "--max-queue") and value == 0
+        off = off or value is None  # the model's own (--max-streams)
+        if kind is not str and not off and not value > 0:
+            raise ValueError(
+                f"Expected {flag} to be positive. Received: {flag}={value}"
+            )
+    for flag in ("--port", "--grpc-port"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value > 65535:
+            raise ValueError(
+                f"Expected {flag} to be at most 65535. Received: {flag}={value}"
+            )
+    if args.grpc_port == args.port:
+        raise ValueError(
+            "Expected --grpc-port to differ from --port. Received: "
+            f"--grpc-port={args.grpc_port}"
+        )
+    for flag in POLL_FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if not value >= 0:
+            raise ValueError(
+                f"Expected {flag} to be 0 or more. Received: {flag}={value}"
+            )
+
+
+def _model_sources(args):
+    """`({name: Source}, read)`: the models of --model-config-file
+    (`read()` reads it again) or of the MODEL arguments (`read` is
+    `None`)."""
+    from keras_attn_cli.serving import versions
+
+    if args.model_config_file is not None:
+        if args.model or args.model_name is not None:
+            raise ValueError(
+                "Expected the models in --model-config-file or as MODEL "
+                "arguments, not both. Received: --model-config-file="
+                f"{args.model_config_file!r} and MODEL={args.model}"
+            )
+        config_path = args.model_config_file
+
+        def config():
+            return versions.read_model_config(config_path)
+
+        sources = config()
+        if not sources:
+            raise ValueError(
+                "Expected --model-config-file to name at least one model. "
+                f"Received: --model-config-file={config_path!r}"
+            )
+        return sources, config
+    return _sources(args), None

@@ -221,6 +221,38 @@ def _client_error_handlers(app):
         app.add_exception_handler(kind, handler(status))
 
 
+def _kserve_follows(server, models):
+    """KServe's repository (its v2 routes' lookup) holding what `models`
+    (the `Registry`) holds now, and after each of the watcher's swaps."""
+    for key, model in models.items():
+        server.register_model(model, key)
+
+    def follow(removed, added):  # on the loop, as the swap
+        repository = server.registered_models.get_models()
+        for key in removed:
+            repository.pop(key, None)
+        for key, model in added.items():
+            server.register_model(model, key)
+
+    models.listeners.append(follow)
+
+
+def _grpc_server(models, server, host, access, limits):
+    """The gRPC server on `access["grpc_port"]` (built in the loop it
+    runs on), or `None` when it is off."""
+    grpc_port = access.get("grpc_port", 0)
+    if not grpc_port:
+        return None
+    from keras_attn_cli.serving import grpc_api
+
+    rpc, bound = grpc_api.build_server(
+        models, server.dataplane, host, grpc_port, access, limits
+    )
+    if not bound:
+        raise PortInUse("--grpc-port", host, grpc_port)
+    return rpc
+
+
 def _run_server(
     models, host, sock, limits, log, access, log_level="info", watcher=None
 ):
@@ -233,17 +265,7 @@ def _run_server(
     server = kserve.ModelServer(
         http_port=port, enable_grpc=False, enable_latency_logging=False
     )
-    for key, model in models.items():
-        server.register_model(model, key)
-
-    def kserve_follows(removed, added):  # the watcher's swaps, on the loop
-        repository = server.registered_models.get_models()
-        for key in removed:
-            repository.pop(key, None)
-        for key, model in added.items():
-            server.register_model(model, key)
-
-    models.listeners.append(kserve_follows)
+    _kserve_follows(server, models)
     http_routes.add_tf_serving_routes(
         app, models, limits["max_body_bytes"], access
     )
@@ -267,20 +289,8 @@ def _run_server(
         signal.signal(sig, lambda number, frame: stopping.append(number))
 
     async def run():
-        rpc = watching = None
-        if grpc_port:  # built in the loop it runs on
-            from keras_attn_cli.serving import grpc_api
-
-            rpc, bound = grpc_api.build_server(
-                models,
-                server.dataplane,
-                host,
-                grpc_port,
-                access,
-                limits,
-            )
-            if not bound:
-                raise PortInUse("--grpc-port", host, grpc_port)
+        watching = None
+        rpc = _grpc_server(models, server, host, access, limits)
         # Both ports are bound: only now does the server say it serves.
         log(_serving_line(models, host, port, grpc_port))
         if generative:

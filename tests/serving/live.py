@@ -11,9 +11,18 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 from tests.paths import ROOT
 
 SHIPPED = os.path.join(ROOT, "saved_models")
+REVIEWS = [
+    "A wonderful film, moving and funny.",
+    "The worst movie I have seen: boring, stupid and long.",
+    "",
+    "   ",
+    "Not bad at all, though the ending drags.",
+]
 
 
 def free_port():
@@ -124,3 +133,31 @@ def versioned_folder(root):
     for version in (1, 2):
         scorer_model(root / "scorer" / str(version), version)
     return str(root / "scorer")
+
+
+def named(outputs, names):
+    """A predict answer's outputs by name: TensorFlow Serving gives a
+    model with one output its value alone."""
+    if isinstance(outputs, dict):
+        return outputs
+    (name,) = names
+    return {name: outputs}
+
+
+def same_answer(a, b, where):
+    """Two predict answers alike: the same keys, strings and shapes,
+    numbers within float noise."""
+    b = named(b, list(a))
+    assert a.keys() == b.keys(), where
+    for key in a:
+        x, y = (
+            np.asarray(a[key], dtype=object),
+            np.asarray(b[key], dtype=object),
+        )
+        assert x.shape == y.shape, (where, key, x.shape, y.shape)
+        if x.size and isinstance(x.reshape(-1)[0], str):
+            assert x.tolist() == y.tolist(), (where, key)
+        else:
+            np.testing.assert_allclose(
+                x.astype(float), y.astype(float), atol=1e-5, err_msg=where
+            )

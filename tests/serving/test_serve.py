@@ -22,14 +22,17 @@ import pytest
 
 from tests.paths import ROOT
 from tests.serving.live import (
+    REVIEWS,
     SHIPPED,
     free_port,
     get,
     infer,
+    named,
     output,
     output_all,
     post,
     request,
+    same_answer,
     start,
     versioned_folder,
 )
@@ -38,13 +41,6 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("kserve")
 
 SHIPPED_NAMES = sorted(os.listdir(SHIPPED))  # every shipped model
-REVIEWS = [
-    "A wonderful film, moving and funny.",
-    "The worst movie I have seen: boring, stupid and long.",
-    "",
-    "   ",
-    "Not bad at all, though the ending drags.",
-]
 
 
 SERVED_PROCESS = []
@@ -357,34 +353,6 @@ SENTENCES = [
     "The cat sleeps on the warm red sofa near the window.",
     "Thank you very much!",
 ]
-
-
-def named(outputs, names):
-    """A predict answer's outputs by name: TensorFlow Serving gives a
-    model with one output its value alone."""
-    if isinstance(outputs, dict):
-        return outputs
-    (name,) = names
-    return {name: outputs}
-
-
-def same_answer(a, b, where):
-    """Two predict answers alike: the same keys, strings and shapes,
-    numbers within float noise."""
-    b = named(b, list(a))
-    assert a.keys() == b.keys(), where
-    for key in a:
-        x, y = (
-            np.asarray(a[key], dtype=object),
-            np.asarray(b[key], dtype=object),
-        )
-        assert x.shape == y.shape, (where, key, x.shape, y.shape)
-        if x.size and isinstance(x.reshape(-1)[0], str):
-            assert x.tolist() == y.tolist(), (where, key)
-        else:
-            np.testing.assert_allclose(
-                x.astype(float), y.astype(float), atol=1e-5, err_msg=where
-            )
 
 
 def test_merged_translator_requests_get_their_own_answers(server):
