@@ -48,6 +48,13 @@ HEADERS = {
     "p90_ms": "p90 ms",
     "p50_over_rest": "p50 vs REST",
     "throughput_ratio": "throughput vs 1 client",
+    "rename_to_first_answer_s": "rename to first answer s",
+    "first_answer_ms": "first answer ms",
+    "first_20_answers_median_ms": "first 20: median ms",
+    "first_20_answers_max_ms": "first 20: slowest ms",
+    "window_p50_ms": "5 s after: p50 ms",
+    "window_p99_ms": "5 s after: p99 ms",
+    "window_requests": "5 s after: requests",
     "compiled_model_ms": "CompiledModel ms",
     "interpreter_ms": "Interpreter ms",
     "outputs_equal": "outputs equal",
@@ -164,6 +171,15 @@ def extras(data):
         for kind, counts in soak["requests"].items():
             shown = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
             lines.append(f"| {kind} | {shown} |")
+    if soak and "steady_p99_ms" in soak:  # benchmarks.version_swap
+        lines += [
+            "",
+            f"{soak['clients']} clients, a poll every {soak['poll_s']:g} s. "
+            f"Steady state (before the first rename): p50 "
+            f"{soak['steady_p50_ms']} ms, p99 {soak['steady_p99_ms']} ms over "
+            f"{soak['steady_requests']} requests. {soak['requests']} "
+            f"requests in all, {soak['failed']} failed.",
+        ]
     real = data.get("real_reviews")
     if real:
         lines += [

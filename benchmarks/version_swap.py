@@ -10,9 +10,10 @@ the answer names the version that gave it) for `--steady` seconds; then
 each of `--swaps` new versions is written under a hidden name and
 renamed into place, `--steady` seconds apart. Rows: one a swap, with the
 time from the rename to the new version's first answer, that answer's
-latency, and the p50/p99 of every request that ended within 5 s after
-the rename; the summary gives the steady state's p50/p99 (the requests
-before the first rename, past the first second) and the failures.
+latency, the median and the slowest of its first 20, and the p50/p99
+of every request that ended within 5 s after the rename; the summary
+gives the steady state's p50/p99 (the requests before the first rename,
+past the first second) and the failures.
 
     python -m benchmarks.version_swap [--clients 8] [--swaps 3] [--steady 10]
 
@@ -124,13 +125,17 @@ def main(argv=None):
         ]
         p50, p99 = percentiles(window)
         first = new[0] if new else None
+        first_20 = [(end - start) * 1000 for start, end, _, _ in new[:20]]
         rows.append(
             {
                 "version": version,
-                "rename_to_first_answer_s": first
-                and round(first[1] - at, 2),
+                "rename_to_first_answer_s": first and round(first[1] - at, 2),
                 "first_answer_ms": first
                 and round((first[1] - first[0]) * 1000, 1),
+                "first_20_answers_max_ms": round(max(first_20), 1),
+                "first_20_answers_median_ms": round(
+                    float(np.median(first_20)), 1
+                ),
                 "window_p50_ms": p50,
                 "window_p99_ms": p99,
                 "window_requests": len(window),

@@ -298,7 +298,13 @@ def version_loader(
         model.generator = streaming_companion(path, backend, accelerator)
         model.generator = model.generator or backend
         loaded = time.perf_counter()
-        calls = warmup.warm_up(backend, model.generator)
+        calls = warmup.warm_up(
+            backend,
+            model.generator,
+            lambda key, inputs: model.executor.submit(
+                backend.run, key, inputs
+            ).result(),
+        )
         log(
             f"loaded {source.name} version {version} from {path} in "
             f"{loaded - start:.1f} s, warmed up in "

@@ -91,10 +91,12 @@ def _example(dtype, shape, rows):
     return np.ones(sizes, dtype=dtype)
 
 
-def warm_up(backend, generator=None):
+def warm_up(backend, generator=None, run=None):
     """Warm `backend` (an opened artifact) and `generator` (what OpenAI's
-    routes decode with) up. The number of calls made; a model's failure
-    raises."""
+    routes decode with) up; `run(key, inputs)`: how a call is made (by
+    default `backend.run` on this thread; the server's runs on the
+    thread that will serve the model). The number of calls made; a
+    model's failure raises."""
     from keras_attn_cli.serving import plane
 
     warm = None
@@ -104,9 +106,9 @@ def warm_up(backend, generator=None):
         requests = file_requests(warm)
     else:
         requests = own_requests(backend)
+    run = run or backend.run
     for key, inputs in requests:
-        key = plane.signature_key(backend.signatures, key)
-        backend.run(key, inputs)
+        run(plane.signature_key(backend.signatures, key), inputs)
     calls = len(requests)
     generator = generator if generator is not None else backend
     if streams(generator):
