@@ -66,6 +66,28 @@ def check_element(element):
     return element
 
 
+class WindowCheck:
+    """A preprocessing step of `LiteRTTranslatorHandler`: `element` back
+    if each piece the translator cuts it into (`LiteRTTranslator.pieces`)
+    fits the file's window, else the `ValueError` naming the count. The
+    file is opened once a worker, on first use (pickled as its path)."""
+
+    def __init__(self, model_path):
+        self.model_path, self._model = model_path, None
+
+    def __getstate__(self):
+        return {"model_path": self.model_path, "_model": None}
+
+    def __call__(self, element):
+        if self._model is None:
+            from keras_attn_runtime.translator import LiteRTTranslator
+
+            self._model = LiteRTTranslator(self.model_path)
+        for piece in self._model.pieces(_text(element)):
+            self._model.source_tokens(piece)
+        return element
+
+
 class TextModelHandler(ModelHandler):
     """The part every keras_attn handler shares: strings in, one result
     each, batch hints, bytes and namespace. A subclass gives
@@ -252,6 +274,13 @@ class LiteRTTranslatorHandler(LiteRTHandler):
         from keras_attn_runtime.translator import LiteRTTranslator
 
         return LiteRTTranslator
+
+    def get_preprocess_fns(self):
+        """`TextModelHandler`'s checks, then the file's window on each
+        element alone (`WindowCheck`): a text past it reaches the dead
+        letters by itself, not with its batch."""
+        check, *rest = super().get_preprocess_fns()
+        return [check, WindowCheck(self.model_path), *rest]
 
     def predict(self, model, texts):
         return [model.translate(text) for text in texts]

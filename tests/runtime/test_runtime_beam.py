@@ -251,3 +251,40 @@ def test_bad_elements_reach_the_dead_letters_alone():
         assert_that(
             dlq.failed_inferences, equal_to([]), label="no batch failed"
         )
+
+
+@pytest.mark.slow
+def test_a_text_past_the_translators_window_is_a_dead_letter_alone():
+    """A sentence of more subwords than the translator file reads failed
+    its whole batch; it is now refused alone, before batching, and its
+    would-be batch-mates are translated."""
+    from apache_beam.ml.inference.base import RunInference
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from keras_attn_runtime import LiteRTTranslator
+    from keras_attn_runtime.beam import LiteRTTranslatorHandler
+
+    path = shipped(TRANSLATOR)
+    sentences = [f"I see {n} cats." for n in range(12)]
+    long = " ".join(["the cat sat on the mat"] * 30)
+    model = LiteRTTranslator(path)
+    want = [(s, model.translate(s)) for s in sentences]
+    with pytest.raises(ValueError, match="subword tokens"):
+        model.translate(long)
+    with beam.Pipeline() as p:
+        main, dlq = (
+            p
+            | beam.Create([*sentences, long], reshuffle=True)
+            | RunInference(
+                LiteRTTranslatorHandler(path, max_batch_size=16)
+            ).with_exception_handling()
+        )
+        answered = main | beam.Map(lambda r: (r.example, r.inference))
+        assert_that(answered, equal_to(want), label="every sentence")
+        dead = dlq.failed_preprocessing[1] | beam.Map(
+            lambda failed: (failed[0], failed[1][0].__name__)
+        )
+        assert_that(dead, equal_to([(long, "ValueError")]), label="long")
+        assert_that(
+            dlq.failed_inferences, equal_to([]), label="no batch failed"
+        )
