@@ -16,7 +16,7 @@ import numpy as np
 from keras_attn_cli.serving import open_inference as oip
 from keras_attn_cli.serving import plane
 from keras_attn_cli.serving import tf_serving_api as api
-from keras_attn_cli.serving.limits import RequestError
+from keras_attn_cli.serving.limits import LOGGER, RequestError
 from keras_attn_runtime.opener import ModelError, PromptTooLong
 
 BATCHING = {"max_batch_size": 32, "batch_wait_ms": 5.0}
@@ -298,7 +298,7 @@ def version_loader(
         model.generator = streaming_companion(path, backend, accelerator)
         model.generator = model.generator or backend
         loaded = time.perf_counter()
-        calls = warmup.warm_up(
+        calls, failure = warmup.warm_up(
             backend,
             model.generator,
             lambda key, inputs: model.executor.submit(
@@ -310,6 +310,14 @@ def version_loader(
             f"{loaded - start:.1f} s, warmed up in "
             f"{time.perf_counter() - loaded:.1f} s ({calls} calls)"
         )
+        if failure:
+            LOGGER.warning(
+                "%s version %s: a warm-up call on made-up inputs failed, "
+                "served all the same: %s",
+                source.name,
+                version,
+                failure,
+            )
         return model
 
     return load

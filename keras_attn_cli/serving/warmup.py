@@ -95,24 +95,34 @@ def warm_up(backend, generator=None, run=None):
     """Warm `backend` (an opened artifact) and `generator` (what OpenAI's
     routes decode with) up; `run(key, inputs)`: how a call is made (by
     default `backend.run` on this thread; the server's runs on the
-    thread that will serve the model). The number of calls made; a
-    model's failure raises."""
+    thread that will serve the model).
+
+    Returns `(calls, failure)`: the calls made, and the first failure of
+    a call on inputs made from a signature (which a model may refuse;
+    then it is served all the same, and `failure` says why), or `None`.
+    A request of TensorFlow Serving's warm-up file that fails raises, as
+    it fails the load in TensorFlow Serving."""
     from keras_attn_cli.serving import plane
 
     warm = None
     if backend.kind == "saved_model":
         warm = os.path.join(backend.path, WARMUP_FILE)
-    if warm and os.path.isfile(warm):
-        requests = file_requests(warm)
-    else:
-        requests = own_requests(backend)
+    own = not (warm and os.path.isfile(warm))
+    requests = own_requests(backend) if own else file_requests(warm)
     run = run or backend.run
+    calls, failure = 0, None
     for key, inputs in requests:
-        run(plane.signature_key(backend.signatures, key), inputs)
-    calls = len(requests)
+        try:
+            run(plane.signature_key(backend.signatures, key), inputs)
+        except Exception as err:  # noqa: BLE001 (a made-up input)
+            if not own:
+                raise
+            failure = failure or " ".join(str(err).split())[:300]
+            continue
+        calls += 1
     generator = generator if generator is not None else backend
     if streams(generator):
         for _ in generator.stream(TEXT):
             pass
         calls += 1
-    return calls
+    return calls, failure

@@ -57,7 +57,7 @@ def test_a_savedmodels_warmup_file_is_replayed(tmp_path):
     pytest.importorskip("tensorflow_serving")
     write_warmup_file(tmp_path, [["a fine film"], ["dull", "long and dull"]])
     backend = Backend(str(tmp_path), kind="saved_model")
-    assert warmup.warm_up(backend) == 2
+    assert warmup.warm_up(backend) == (2, None)
     assert [key for key, _ in backend.calls] == ["serving_default"] * 2
     assert backend.calls[1][1]["text"].tolist() == [b"dull", b"long and dull"]
 
@@ -72,7 +72,7 @@ def test_a_cut_warmup_file_is_refused(tmp_path):
 
 def test_without_a_file_the_signatures_clients_call_run_on_their_own_inputs():
     backend = Backend()
-    assert warmup.warm_up(backend) == 2
+    assert warmup.warm_up(backend) == (2, None)
     # The default signature, on one text and on a merged batch; a step of
     # a stream's loop is left to the stream.
     assert [(k, v["text"].shape) for k, v in backend.calls] == [
@@ -94,5 +94,24 @@ def test_a_model_that_streams_decodes_one_text():
             return None
 
     backend = Streaming()
-    assert warmup.warm_up(backend) == 3
+    assert warmup.warm_up(backend) == (3, None)
     assert backend.streamed == [warmup.TEXT]
+
+
+class Failing(Backend):
+    def run(self, key, inputs):
+        raise RuntimeError("the model asked for 16 EiB")
+
+
+def test_a_made_up_input_the_model_refuses_is_told_not_fatal():
+    """A model may refuse inputs made from its signature (or fail on any
+    input): it is served all the same, and the failure is told."""
+    calls, failure = warmup.warm_up(Failing())
+    assert calls == 0 and "asked for 16 EiB" in failure
+
+
+def test_a_failing_request_of_the_warmup_file_fails_the_load(tmp_path):
+    pytest.importorskip("tensorflow_serving")
+    write_warmup_file(tmp_path, [["a fine film"]])
+    with pytest.raises(RuntimeError, match="16 EiB"):
+        warmup.warm_up(Failing(str(tmp_path), kind="saved_model"))
