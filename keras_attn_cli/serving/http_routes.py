@@ -134,11 +134,12 @@ class VersionRoutes:
     go)."""
 
     ROUTE = re.compile(
-        r"/(v1|v2)/models/([^/:]+)/(versions|labels)/([^/:]+)(.*)"
+        r"/(v1|v2)/models/([^/]+)/(versions|labels)/([^/:]+)(.*)"
     )
     # Any path that names a version or label: one ROUTE does not take
-    # (an empty one, or one holding `:`) is a 404 here, never KServe's 501.
-    NAMED = re.compile(r"/(v1|v2)/models/([^/:]+)/(versions|labels)(/.*)?")
+    # (an empty one, or one holding `:`) is a 404 here, never KServe's 501;
+    # so is one whose model name holds a `:` (no served name does).
+    NAMED = re.compile(r"/(v1|v2)/models/([^/]+)/(versions|labels)(/.*)?")
     V2 = re.compile(r"/v2/models/([^/:]+)(/.*)?")
 
     def __init__(self, app, models):

@@ -159,5 +159,8 @@ def test_a_malformed_version_in_the_path_is_a_404_naming_it():
         status, body, _ = call(app, path)
         assert status == 404, path
         assert "Received: " in body["error"] and "'m'" in body["error"], body
+    # A name no model has (schemathesis found KServe's 501 for it).
+    status, body, _ = call(app, "/v2/models/m:/versions/null/ready")
+    assert status == 404 and "Unknown model 'm:'" in body["error"], body
     status, body, _ = call(app, "/v2/models/m/versions/1/ready")
     assert (status, body["path"]) == (200, "/v2/models/m/ready")
