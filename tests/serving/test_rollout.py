@@ -105,6 +105,7 @@ def test_a_version_rolled_in_under_load_answers_and_none_fails(tmp_path):
         swapped = clients.first(8.0) - placed
         # Within a poll (1 s), the settling look and the load.
         assert swapped < 30, swapped
+        print(f"rename to the first answer of version 2: {swapped:.2f} s")
         assert status_of(port) == {"2": ("AVAILABLE", "")}
 
         # A broken version: one line, END in the status, 2 still answers.
