@@ -122,19 +122,21 @@ def _print_litert_translations(path, texts, alignment=False):
 
 
 def _print_generated(path, texts):
-    """`print_translations` for a decoder-only translator's folder (a
-    `keras_attn.models.TextGenerator`): its Keras model, greedy, as
-    LiteRT-LM runs its bundle."""
-    from keras_attn.models import TextGenerator
+    """`print_translations` for a decoder-only translator: the file the
+    opener reads for `path` (a folder: its `.litertlm` bundle, which
+    `keras-attn serve` answers with too; `model.keras` when named, or
+    when the folder has no bundle), greedy."""
+    from keras_attn_cli.loading import open_model
 
-    generator = TextGenerator.load(path)
+    generator = open_model(path, flag="--model")
     for text in texts:
         _check_window(generator, text)
     with Progress("translating", len(texts)) as progress:
-        progress.emit(f"Translator: {path}\n")
+        progress.emit(f"Translator: {generator.path} ({generator.kind})\n")
         for start in range(0, len(texts), TRANSLATE_CHUNK):
             chunk = texts[start : start + TRANSLATE_CHUNK]
-            _emit(progress, chunk, interruptible(generator.generate, chunk))
+            done = interruptible(generator.completions, chunk)
+            _emit(progress, chunk, done)
             progress.update(start + len(chunk))
     return 0
 
@@ -143,14 +145,27 @@ def _check_window(generator, text):
     """A decoder-only model's refusal of a text past its window, saying
     what translates long texts: the default translator, which cuts them
     into clauses."""
+    from keras_attn_runtime.signature import PromptTooLong
+
     try:
-        generator.prompt_ids(text)
-    except ValueError as err:
+        generator.check_prompt(text)
+    except PromptTooLong as err:
         raise ValueError(
             f"{err}. A decoder-only model reads one window; `keras-attn "
             "translate` without --model (the seq2seq translator) cuts a "
             "long text into clauses."
         ) from None
+
+
+def _decoder_only(path):
+    """Whether `path` is a decoder-only translator: its folder, or its
+    `model.keras` or `.litertlm` file."""
+    from keras_attn.models.text_generator import is_text_generator
+
+    if os.path.isdir(path):
+        return is_text_generator(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    return path.endswith((".keras", ".litertlm")) and is_text_generator(folder)
 
 
 def _emit(progress, texts, translations):
@@ -201,17 +216,14 @@ def translate(args):
         )
     texts = read_texts(args)
     check_sentences(texts)
-    if os.path.isdir(path):
-        from keras_attn.models.text_generator import is_text_generator
-
-        if is_text_generator(path):
-            if args.alignment:
-                raise ValueError(
-                    "A decoder-only translator attends to its own prompt, "
-                    "not to a source: it has no alignment. Received: "
-                    f"--alignment with --model={args.model!r}"
-                )
-            return _print_generated(path, texts)
+    if _decoder_only(path):
+        if args.alignment:
+            raise ValueError(
+                "A decoder-only translator attends to its own prompt, "
+                "not to a source: it has no alignment. Received: "
+                f"--alignment with --model={args.model!r}"
+            )
+        return _print_generated(path, texts)
     if path.endswith(".tflite"):
         return _print_litert_translations(path, texts, args.alignment)
     return print_translations(

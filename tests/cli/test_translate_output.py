@@ -41,48 +41,51 @@ def test_a_litert_run_cut_short_keeps_the_finished_translations(
     assert "three" not in out
 
 
+class Generator:
+    """A stand-in of what the opener gives for a decoder-only folder:
+    `path`, `kind`, the window check and the completions."""
+
+    path, kind = "folder", "litertlm"
+
+    def __init__(self, calls=None):
+        self.calls = calls if calls is not None else []
+
+    def check_prompt(self, text):
+        from keras_attn_runtime.signature import PromptTooLong
+
+        if len(text.split()) > 100:
+            raise PromptTooLong(127, len(text.split()), "tokens")
+
+    def completions(self, texts):
+        self.calls.append(len(texts))
+        if len(self.calls) > 1:
+            raise KeyboardInterrupt
+        return [t.upper() for t in texts]
+
+
 def test_a_decoder_only_run_prints_each_chunk_as_it_is_done(
     monkeypatch, capsys
 ):
-    import keras_attn.models
+    from keras_attn_cli import loading
 
     calls = []
-
-    class Generator:
-        @classmethod
-        def load(cls, path):
-            return cls()
-
-        def prompt_ids(self, text):
-            return [1]
-
-        def generate(self, texts):
-            calls.append(len(texts))
-            if len(calls) > 1:
-                raise KeyboardInterrupt
-            return [t.upper() for t in texts]
-
-    monkeypatch.setattr(keras_attn.models, "TextGenerator", Generator)
+    monkeypatch.setattr(
+        loading, "open_model", lambda path, **kw: Generator(calls)
+    )
     monkeypatch.setattr(translating, "TRANSLATE_CHUNK", 2)
     with pytest.raises(KeyboardInterrupt):
         translating._print_generated("folder", ["a.", "b.", "c.", "d."])
     out = capsys.readouterr().out
     assert "a.  ->  A." in out and "b.  ->  B." in out and "c." not in out
+    # Which file answers is said.
+    assert "Translator: folder (litertlm)" in out
 
 
 def test_a_decoder_only_window_refusal_points_to_the_clause_translator(
     monkeypatch,
 ):
-    import keras_attn.models
+    from keras_attn_cli import loading
 
-    class Generator:
-        @classmethod
-        def load(cls, path):
-            return cls()
-
-        def prompt_ids(self, text):
-            raise ValueError("Expected prompts of fewer than 128 tokens")
-
-    monkeypatch.setattr(keras_attn.models, "TextGenerator", Generator)
+    monkeypatch.setattr(loading, "open_model", lambda path, **kw: Generator())
     with pytest.raises(ValueError, match="cuts a long text into clauses"):
         translating._print_generated("folder", ["long " * 2000])
