@@ -229,13 +229,36 @@ async def run_signature(model, key, inputs):
         raise InvalidInput(str(err)) from None
     try:
         if key in model.batchers:
-            return await model.batchers[key].submit(inputs)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            model.executor, model.backend.run, key, inputs
-        )
+            out = await model.batchers[key].submit(inputs)
+        else:
+            loop = asyncio.get_running_loop()
+            out = await loop.run_in_executor(
+                model.executor, model.backend.run, key, inputs
+            )
     except ModelError as err:
         raise InferenceError(model_error(err)) from None
+    check_truncated(out)
+    return out
+
+
+def check_truncated(outputs):
+    """An `InvalidInput` for a request one of whose texts the model read
+    only the start of (a translator's `source_truncated` output, on the
+    request's own rows): refused naming the window, as the command line
+    and OpenAI's routes refuse it, rather than answered in part."""
+    from kserve.errors import InvalidInput
+
+    cut = outputs.get("source_truncated")
+    if cut is None or not np.asarray(cut).any():
+        return
+    limit = np.asarray(outputs.get("source_length", [0])).reshape(-1)[0]
+    if not limit and "attention" in outputs:
+        limit = np.asarray(outputs["attention"]).shape[-1]
+    raise InvalidInput(
+        f"Expected at most {int(limit)} source tokens a sentence or clause "
+        "(the model's window; the translator reads no more). Received: a "
+        "text with a longer one; split it into shorter sentences"
+    )
 
 
 def check_prompts(backend, inputs):

@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 from tests.paths import ROOT
-from tests.serving.live import named, post, start
+from tests.serving.live import infer, named, post, start
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("kserve")
@@ -65,6 +65,29 @@ def completion(port, model, prompt, stream):
     return "".join(pieces)
 
 
+LONG = " ".join(["word"] * 300)
+
+
+def completion_status(port, model, prompt):
+    """`(status, body)` of a completion that may be refused."""
+    import urllib.error
+
+    try:
+        return 200, completion(port, model, prompt, stream=False)
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def cli_exit(model, text):
+    return subprocess.run(
+        [sys.executable, "-m", "keras_attn_cli", "translate", model, text],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def cli_translations(model, sentences, tmp_path):
     source = tmp_path / f"{model}.txt"
     source.write_text("\n".join(sentences) + "\n")
@@ -104,6 +127,23 @@ def test_every_door_gives_each_translator_one_answer(tmp_path):
                 assert streamed == whole, (model, text, streamed, whole)
                 if same_file:
                     assert whole == served[text], (model, text, whole)
+        # A sentence past the window, which no clause cut shortens: the
+        # same verdict from every door, refused naming the window (the
+        # SavedModel's `:predict` answered its first 64 tokens).
+        for model in TRANSLATORS:
+            status, answer = post(port, model, {"instances": [LONG]})
+            assert status == 400, answer
+            assert "window" in answer["error"], answer
+            status, answer = infer(port, model, [LONG])
+            assert status == 400 and "window" in answer["error"], answer
+            status, answer = completion_status(port, model, LONG)
+            assert status == 400 and "window" in answer, answer
+            done = cli_exit(model, LONG)
+            assert (
+                done.returncode == 2
+                and "window" in done.stderr
+                or ("reads no more" in done.stderr)
+            ), done.stderr
     finally:
         import signal
 

@@ -92,3 +92,25 @@ def test_the_adapters_read_the_plane():
 
     model = asyncio.run(grpc_api.find(models, Spec(), None, "/m"))
     assert model is MODELS["m"]
+
+
+def test_a_text_the_translator_read_in_part_is_refused_naming_the_window():
+    """A SavedModel translator's `source_truncated` row: the request is a
+    400 naming the window (it was answered from the first 64 tokens),
+    and a request whose rows were read whole is answered."""
+    import numpy as np
+
+    pytest.importorskip("kserve")
+    from kserve.errors import InvalidInput
+
+    from keras_attn_cli.serving import served
+
+    whole = {"source_truncated": np.array([False, False])}
+    served.check_truncated(whole)
+    served.check_truncated({"probability": np.array([0.5])})
+    cut = {
+        "source_truncated": np.array([False, True]),
+        "source_length": np.array([64, 64]),
+    }
+    with pytest.raises(InvalidInput, match="at most 64 source tokens"):
+        served.check_truncated(cut)
