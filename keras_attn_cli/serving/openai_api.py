@@ -92,8 +92,10 @@ def _check_type(body, key, kinds, what):
 
 
 def _prompt(body, chat):
-    """The text to translate: `prompt` (one string), or the last message
-    of `messages`, which must be the user's."""
+    """The text to translate: `prompt` (one string), or the one message
+    of `messages`, the user's. The served models (translators) have no
+    template for a conversation: a system message or an earlier turn is
+    refused naming it, never dropped."""
     if not chat:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1:
@@ -113,6 +115,15 @@ def _prompt(body, chat):
             "messages",
         )
     last = messages[-1]
+    for index, message in enumerate(messages[:-1]):
+        role = message.get("role") if isinstance(message, dict) else None
+        raise OpenAIError(
+            "Expected one message, the user's: this model translates one "
+            "text and renders no conversation (no system message, no "
+            f"earlier turns). Received: messages[{index}] with role "
+            f"{role!r} before the last; send the text alone",
+            "messages",
+        )
     if not isinstance(last, dict) or last.get("role") != "user":
         raise OpenAIError(
             "Expected the last message to be the user's: a translator "

@@ -120,7 +120,6 @@ def test_a_completion_request_is_read_with_openais_defaults():
         {
             "model": "translator",
             "messages": [
-                {"role": "system", "content": "Translate."},
                 {"role": "user", "content": [{"type": "text", "text": "Hi."}]},
             ],
             "max_completion_tokens": 3,
@@ -346,6 +345,41 @@ def test_n_choices_in_whole_and_streamed_answers():
     assert got[-1]["usage"]["completion_tokens"] == 5
     copies = events(oe.chunks(settings, "Oui.", "stop"))
     assert {c["index"] for e in copies[:-1] for c in e["choices"]} == {0, 1}
+
+
+@pytest.mark.parametrize(
+    "messages, index, role",
+    [
+        (
+            [
+                {"role": "system", "content": "Translate."},
+                {"role": "user", "content": "Hi."},
+            ],
+            0,
+            "system",
+        ),
+        (
+            [
+                {"role": "user", "content": "Hi."},
+                {"role": "assistant", "content": "Salut."},
+                {"role": "user", "content": "Bye."},
+            ],
+            0,
+            "user",
+        ),
+    ],
+)
+def test_a_conversation_the_model_cannot_take_is_refused_naming_it(
+    messages, index, role
+):
+    """A system message or an earlier turn was dropped without a word;
+    the model renders no conversation, so it is a 400 naming the
+    message."""
+    body = {"model": "translator", "messages": messages}
+    with pytest.raises(oa.OpenAIError) as err:
+        oa.parse_request(body, FIND, chat=True)
+    assert f"messages[{index}] with role {role!r}" in str(err.value)
+    assert err.value.param == "messages"
 
 
 def test_a_chat_must_end_with_the_users_message():
