@@ -29,6 +29,7 @@ import os
 import numpy as np
 
 from keras_attn_runtime.artifact import verify_model
+from keras_attn_runtime.sampling import read as read_sampling
 from keras_attn_runtime.search import TokenSearch, greedy, sample_with
 from keras_attn_runtime.signature import (
     DEFAULT_SIGNATURE,
@@ -144,12 +145,9 @@ def chooser(sampling):
     at `seed`, one a token: the same seed gives the same continuation."""
     if sampling is None:
         return greedy
-    settings = (
-        sampling.get("temperature", 1.0),
-        sampling.get("top_k"),
-        sampling.get("top_p", 1.0),
-    )
-    rng = np.random.default_rng(sampling.get("seed"))
+    checked = read_sampling(sampling)  # the one table's ranges
+    settings = (checked["temperature"], checked["top_k"], checked["top_p"])
+    rng = np.random.default_rng(checked["seed"])
 
     def choose(logits, step):
         uniforms = rng.random((1, len(logits)), dtype="float32")

@@ -56,31 +56,14 @@ class Sampling:
     """
 
     def __init__(self, temperature=1.0, top_k=None, top_p=1.0, seed=None):
-        from keras_attn.seq2seq.samplers.random import check_top_k
+        from keras_attn_runtime import sampling
 
-        if isinstance(temperature, bool) or not (
-            isinstance(temperature, (int, float)) and temperature > 0
-        ):
-            raise ValueError(
-                "Expected temperature to be a positive number. Received: "
-                f"temperature={temperature!r}"
-            )
-        check_top_k(top_k, "top_k")
-        if isinstance(top_p, bool) or not (
-            isinstance(top_p, (int, float)) and 0 < top_p <= 1
-        ):
-            raise ValueError(
-                f"Expected top_p to be in (0, 1]. Received: top_p={top_p!r}"
-            )
-        if seed is not None and (
-            isinstance(seed, bool) or not isinstance(seed, int)
-        ):
-            raise ValueError(
-                "Expected seed to be an integer or None. Received: "
-                f"seed={seed!r}"
-            )
-        self.temperature, self.top_k = float(temperature), top_k
-        self.top_p, self.seed = float(top_p), seed
+        settings = sampling.read(
+            {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+            | {"seed": seed}
+        )
+        self.temperature, self.top_k = settings["temperature"], top_k
+        self.top_p, self.seed = settings["top_p"], seed
 
     def picker(self):
         """`pick(logits (1, V)) -> token`: one draw a call, from a

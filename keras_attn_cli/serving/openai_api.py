@@ -28,6 +28,8 @@ counts words.
 import time
 import uuid
 
+from keras_attn_runtime import sampling
+
 PREFIX = "/openai/v1"
 # The signatures a generative model answers with, and their text output.
 GENERATIVE = {"translate": "translation", "generate": "completion"}
@@ -283,12 +285,6 @@ def _sampling(body):
             f"Received: temperature={temperature}",
             "temperature",
         )
-    top_p = _check_type(body, "top_p", (int, float), "a number")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise OpenAIError(
-            f"Expected top_p to be in (0, 1]. Received: top_p={top_p}",
-            "top_p",
-        )
     top_k = _check_type(body, "top_k", (int,), "an integer")
     if top_k is not None and top_k < -1:
         raise OpenAIError(
@@ -296,15 +292,21 @@ def _sampling(body):
             f"token. Received: top_k={top_k}",
             "top_k",
         )
-    seed = _check_type(body, "seed", (int,), "an integer")
+    settings = {
+        "top_k": top_k if top_k and top_k > 0 else None,  # vLLM's 0 and -1
+        "top_p": body.get("top_p"),
+        "seed": body.get("seed"),
+    }
+    for name in ("top_p", "seed"):  # the sampling table's ranges
+        try:
+            sampling.check(name, settings[name], allow_none=True)
+        except ValueError as err:
+            raise OpenAIError(str(err), name) from None
     if not temperature:
         return None
-    return {
-        "temperature": temperature,
-        "top_k": top_k if top_k and top_k > 0 else None,
-        "top_p": 1.0 if top_p is None else top_p,
-        "seed": seed,
-    }
+    if settings["top_p"] is None:
+        settings["top_p"] = sampling.PARAMETERS["top_p"].default
+    return {"temperature": temperature, **settings}
 
 
 def finished(text, max_tokens=None, stop=()):

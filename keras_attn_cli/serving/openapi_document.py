@@ -7,6 +7,9 @@ protocol's error form. FastAPI writes the rest from the routes
 themselves; this module only corrects it, so a route added later is
 documented as FastAPI sees it."""
 
+from keras_attn_cli.serving import openai_api
+from keras_attn_runtime import sampling
+
 # Each protocol's error body: TensorFlow Serving's and KServe's
 # `{"error": message}`, OpenAI's error object.
 PLAIN_ERROR = {
@@ -58,7 +61,7 @@ _SAMPLING = {
             {"type": "string", "minLength": 1},
             {
                 "type": "array",
-                "maxItems": 4,
+                "maxItems": openai_api.MAX_STOPS,
                 "items": {"type": "string", "minLength": 1},
             },
         ]
@@ -68,9 +71,19 @@ _SAMPLING = {
         "type": "object",
         "properties": {"include_usage": {"type": "boolean"}},
     },
-    "temperature": {"type": "number"},
-    "seed": {"type": "integer"},
-    "n": {"type": "integer"},
+    # The sampling table's ranges (`keras_attn_runtime.sampling`), as
+    # OpenAI's requests carry them: a temperature of 0 asks for the
+    # model's own search, a top_k of 0 or -1 (vLLM's) for every token.
+    "temperature": sampling.schema(
+        "temperature",
+        exclusiveMinimum=None,
+        minimum=0,
+        maximum=openai_api.MAX_TEMPERATURE,
+    ),
+    "top_p": sampling.schema("top_p"),
+    "top_k": sampling.schema("top_k", minimum=-1),
+    "seed": sampling.schema("seed"),
+    "n": {"type": "integer", "minimum": 1, "maximum": openai_api.MAX_CHOICES},
 }
 COMPLETION_BODY = {
     "type": "object",
