@@ -44,7 +44,7 @@ def assert_clean_error(code, err, needle):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    from tests.export.test_export import build_text_model
+    from tests.tiny_models import build_text_model
 
     folder = tmp_path_factory.mktemp("cli")
     model = build_text_model(encoder="attention")

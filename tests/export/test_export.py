@@ -15,59 +15,13 @@ import keras_attn
 import keras_attn_runtime as litert_runtime
 from keras_attn import export
 from tests.paths import ROOT
-
-RNG = np.random.default_rng(5)
-WORDS = (
-    "good great fine awful bad boring superb movie film plot actor "
-    "story scene end the a was is it and but not"
-).split()
-TEXTS = [
-    " ".join(RNG.choice(WORDS, size=RNG.integers(3, 30)))
-    + " <br /><br />Don't MISS it!? 10/10 'quoted' café"
-    for _ in range(64)
-] + ["", "x " * 500]
-LENGTH = 24
-
-
-def build_text_model(policy=None, encoder="rnn"):
-    """Vectorizer → Embedding → encoder → StructuredSelfAttention → prob.
-
-    `encoder="rnn"`: a BiLSTM; `"attention"`: MultiHeadPositional.
-    """
-    if policy:
-        keras.mixed_precision.set_dtype_policy(policy)
-    try:
-        keras.utils.set_random_seed(3)
-        vec = keras.layers.TextVectorization(
-            max_tokens=400,
-            standardize=keras_attn.standardize_review,
-            output_sequence_length=LENGTH,
-            name="vectorizer",
-        )
-        vec.adapt(np.array(TEXTS[:60], dtype=object))
-        tokens = keras.Input((LENGTH,), dtype="int64")
-        # The mask by name: from Keras 3.16 an RNN's output carries none.
-        mask = keras.ops.not_equal(tokens, 0)
-        x = keras.layers.Embedding(1000, 256, mask_zero=True)(tokens)
-        if encoder == "rnn":
-            x = keras.layers.Bidirectional(
-                keras.layers.LSTM(4, return_sequences=True)
-            )(x, mask=mask)
-        else:
-            x = keras_attn.MultiHeadPositional(
-                2, 4, feed_forward="per_head", output_dim=8
-            )(x, query_mask=mask, value_mask=mask)
-        m, a = keras_attn.StructuredSelfAttention(8, 3)(
-            x, mask=mask, return_attention_scores=True
-        )
-        prob = keras.layers.Dense(1, "sigmoid", dtype="float32")(
-            keras.layers.Flatten()(m)
-        )
-        inner = keras.Model(tokens, {"probability": prob, "attention": a})
-        text = keras.Input((), dtype="string")
-        return keras.Model(text, inner(vec(text)))
-    finally:
-        keras.mixed_precision.set_dtype_policy("float32")
+from tests.tiny_models import (  # noqa: F401 (the names its tests use)
+    LENGTH,
+    RNG,
+    TEXTS,
+    WORDS,
+    build_text_model,
+)
 
 
 @pytest.fixture(scope="module")

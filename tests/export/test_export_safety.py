@@ -18,7 +18,7 @@ from keras_attn.export import destination, saved_model
 
 @pytest.fixture(scope="module")
 def model():
-    from test_export import build_text_model
+    from tests.tiny_models import build_text_model
 
     return build_text_model(encoder="attention")
 
@@ -152,7 +152,7 @@ def test_a_failing_write_leaves_nothing(model, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_two_models_in_one_folder_keep_their_own_vocabulary(model, tmp_path):
-    from test_export import TEXTS, build_text_model
+    from tests.tiny_models import TEXTS, build_text_model
 
     other = build_text_model(encoder="rnn")
     vec, _ = export.split_text_model(other)

@@ -16,13 +16,13 @@ import tensorflow as tf
 import keras_attn
 from keras_attn import export
 from keras_attn.export import saved_model
-from tests.export.test_export import build_text_model
 from tests.export.tf_serving import (
     assert_same,
     run_tf1,
     run_tf2,
     signature_names,
 )
+from tests.tiny_models import build_text_model
 
 BLANK_BATCHES = [[""], ["   "], ["", "x"], []]
 
@@ -89,7 +89,7 @@ def test_text_model_runs_under_the_tf_serving_loader(tmp_path):
 
 @pytest.mark.slow  # 40 s: the shipped translator's three signatures
 def test_translator_signatures_run_under_the_tf_serving_loader(tmp_path):
-    from tests.translation.test_translator import tiny_model, tiny_translator
+    from tests.tiny_models import tiny_model, tiny_translator
 
     parts = tiny_model()
     path = str(tmp_path / "sm")
@@ -116,7 +116,7 @@ def test_translator_signatures_run_under_the_tf_serving_loader(tmp_path):
 
 @pytest.mark.parametrize("segmenter", [None, "english_clauses"])
 def test_translator_answers_blank_batches_with_empty_strings(segmenter):
-    from tests.translation.test_translator import tiny_model, tiny_translator
+    from tests.tiny_models import tiny_model, tiny_translator
 
     translator = tiny_translator(tiny_model(), segmenter=segmenter)
     for batch in BLANK_BATCHES:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from keras_attn.seq2seq import samplers
-from tests.translation.test_translator import tiny_model, tiny_translator
+from tests.tiny_models import tiny_model, tiny_translator
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.skipif(

@@ -99,7 +99,7 @@ def run_compiled(path, key, feeds, integer_outputs=()):
 
 @pytest.fixture(scope="module")
 def bilstm_model():
-    from tests.export.test_export import build_text_model
+    from tests.tiny_models import build_text_model
 
     return build_text_model(encoder="rnn")
 
@@ -212,7 +212,7 @@ def test_an_accelerator_runs_or_is_named_as_missing(bilstm_model, tmp_path):
 
 @pytest.mark.slow
 def test_a_translator_file_runs_under_compiled_model(tmp_path):
-    from tests.translation.test_translator import S, tiny_model, tiny_translator
+    from tests.tiny_models import S, tiny_model, tiny_translator
 
     translator = tiny_translator(tiny_model(), beam_width=3)
     texts = ["a b c", "d .", "c c a b", "a"]

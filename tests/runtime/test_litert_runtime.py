@@ -166,7 +166,7 @@ def test_vocabulary_loader_fuzz_never_raises_anything_but_value_error(data):
 
 @pytest.fixture(scope="module")
 def tflite_model(tmp_path_factory):
-    from tests.export.test_export import build_text_model
+    from tests.tiny_models import build_text_model
 
     model = build_text_model(encoder="attention")
     path = str(tmp_path_factory.mktemp("litert") / "model.tflite")

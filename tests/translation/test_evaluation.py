@@ -56,7 +56,7 @@ def test_bad_input_names_the_argument(hyps, refs, match):
 def test_translate_texts_equals_the_signatures_in_batches():
     from keras_attn.text import split_sentence
     from keras_attn.translation import Translator
-    from tests.translation.test_translator import (
+    from tests.tiny_models import (
         copying_translator,
         tiny_model,
         vectorizer,

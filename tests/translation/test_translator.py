@@ -9,66 +9,20 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras import ops
 
-from keras_attn.seq2seq import AttentionDecoder
-from keras_attn.text import split_sentence
 from keras_attn.translation import Translator
 from keras_attn_runtime import LiteRTTranslator
-
-SOURCE = ["", "[UNK]", "a", "b", "c", "d", "."]
-TARGET = ["", "[UNK]", "[start]", "[end]", "x", "y", "z", "."]
-S, U = 6, 8
-
-
-def vectorizer():
-    return keras.layers.TextVectorization(
-        output_sequence_length=S,
-        vocabulary=SOURCE[2:],
-        standardize=split_sentence,
-    )
-
-
-def tiny_model(units=U):
-    """`(model, encode, step_fn)` of a GRU encoder-decoder of `units`
-    (more than the default's 8 to give LiteRT's int8 weights to
-    quantize: it leaves kernels under 1,024 values in float)."""
-    keras.utils.set_random_seed(2)
-    src_embed = keras.layers.Embedding(len(SOURCE), 4, mask_zero=True)
-    gru = keras.layers.GRU(units, return_sequences=True, return_state=True)
-    tgt_embed = keras.layers.Embedding(len(TARGET), 4)
-    decoder = AttentionDecoder(keras.layers.GRUCell(units), score="general")
-    head = keras.layers.Dense(len(TARGET))
-    src = keras.Input((None,), dtype="int32")
-    tgt = keras.Input((None,), dtype="int32")
-    memory, state = gru(src_embed(src))
-    out, _, _ = decoder(tgt_embed(tgt), memory, initial_state=[state])
-    model = keras.Model([src, tgt], head(out))
-
-    def encode(source):
-        memory, state = gru(src_embed(source))
-        return {"cell": [state], "memory": memory, "mask": source != 0}
-
-    def step_fn(tokens, state, index):
-        out, cell, align = decoder.step(
-            tgt_embed(tokens), state["cell"], state["memory"], state["mask"]
-        )
-        return head(out), {**state, "cell": cell}, align
-
-    return model, encode, step_fn
-
-
-def tiny_translator(parts, **kwargs):
-    """A `Translator` of `tiny_model()`'s `(model, encode, step_fn)`:
-    5 tokens at most, copying unknown words; `kwargs` override."""
-    model, encode, step_fn = parts
-    settings = {
-        "max_length": 5,
-        "trackable": model,
-        "standardize": split_sentence,
-        **kwargs,
-    }
-    return Translator(vectorizer(), TARGET, encode, step_fn, **settings)
+from tests.tiny_models import (  # noqa: F401 (the names its tests use)
+    SOURCE,
+    TARGET,
+    S,
+    U,
+    copying_model,
+    copying_translator,
+    tiny_model,
+    tiny_translator,
+    vectorizer,
+)
 
 
 @pytest.mark.slow
@@ -104,39 +58,6 @@ def test_searches_saved_model_and_litert_agree(tmp_path):
     assert "WHILE" in ops_used and not [o for o in ops_used if "FLEX" in o]
     lite = LiteRTTranslator(path)
     assert [lite.translate(t) for t in texts] == words
-
-
-def copying_model():
-    """A decoder that writes `[UNK]` twice, attending to source positions
-    2 and then 0, then `.` and the end."""
-    tokens = ("[UNK]", "[UNK]", ".", "[end]", "[end]", "[end]")
-    script = np.array([TARGET.index(t) for t in tokens])
-    where = np.array([2, 0, 1, 1, 1, 1])
-
-    def encode(source):
-        return {"mask": source != 0}
-
-    def step_fn(tokens, state, index):
-        batch = ops.shape(tokens)[0]
-        token = ops.take(ops.convert_to_tensor(script), index)
-        logits = ops.one_hot(ops.full((batch,), token), len(TARGET)) * 10.0
-        at = ops.take(ops.convert_to_tensor(where), index)
-        align = ops.one_hot(ops.full((batch,), at), S)
-        return logits, state, align
-
-    return encode, step_fn
-
-
-def copying_translator():
-    encode, step_fn = copying_model()
-    return Translator(
-        vectorizer(),
-        TARGET,
-        encode,
-        step_fn,
-        max_length=6,
-        standardize=split_sentence,
-    )
 
 
 @pytest.mark.slow
