@@ -17,7 +17,7 @@ import pytest
 from keras import ops
 
 from keras_attn.seq2seq import samplers, search
-from tests.seq2seq.test_search import END, START
+from tests.search_cases import END, START
 
 RNG = np.random.default_rng(11)
 VOCAB = 7

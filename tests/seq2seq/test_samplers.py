@@ -17,7 +17,7 @@ import pytest
 from keras import ops
 
 from keras_attn.seq2seq import samplers, search
-from tests.seq2seq.test_search import END, START, chain, strip
+from tests.search_cases import END, START, chain, strip
 
 RNG = np.random.default_rng(5)
 LOGITS = RNG.normal(scale=2.0, size=(7, 7)).astype("float32")

@@ -11,7 +11,7 @@ from keras import ops
 
 from keras_attn.seq2seq import contrastive_search, gather_tree, search
 from keras_attn.seq2seq.samplers.random import nucleus
-from tests.seq2seq.test_search import (
+from tests.search_cases import (
     END,
     START,
     chain,

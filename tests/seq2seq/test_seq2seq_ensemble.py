@@ -6,9 +6,9 @@ Runs on every backend (`tests/test_backends.py`).
 import numpy as np
 import pytest
 from keras import ops
-from test_search import chain, enumerate_hypotheses, gnmt_score, strip
 
 from keras_attn.seq2seq import beam_search, ensemble, greedy_search
+from tests.search_cases import chain, enumerate_hypotheses, gnmt_score, strip
 
 
 def member(logits, attention=None):
