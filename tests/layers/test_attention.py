@@ -7,6 +7,7 @@ import pytest
 import keras_attn
 from tests import layer_test_case as ltc
 from tests.backend import gradients, to_numpy
+from tests.references import np_scores
 
 SCORES = ["dot", "scaled_dot", "general", "low_rank", "additive", "concat"]
 RNG = np.random.default_rng(0)
@@ -21,39 +22,6 @@ def data(b=2, tq=3, tv=5, d=4, dv=None):
     v = RNG.normal(size=(b, tv, dv or d)).astype("float32")
     k = RNG.normal(size=(b, tv, d)).astype("float32")
     return q, v, k
-
-
-def np_scores(layer, q, k):
-    """Scores written from the formulas (CS224N notes), layer's weights."""
-    if layer.score == "dot":
-        return np.einsum("bqd,bkd->bqk", q, k)
-    if layer.score == "scaled_dot":
-        return np.einsum("bqd,bkd->bqk", q, k) / np.sqrt(q.shape[-1])
-    if layer.score == "general":
-        w = layer.kernel.numpy()  # W: (Dq, Dk); e = sᵀ W h
-        return np.einsum("bqd,de,bke->bqk", q, w, k)
-    if layer.score == "low_rank":
-        u = layer.query_kernel.numpy().T  # U: (k, Dq)
-        v = layer.key_kernel.numpy().T  # V: (k, Dk)
-        us = np.einsum("rd,bqd->bqr", u, q)
-        vh = np.einsum("rd,bkd->bkr", v, k)
-        return np.einsum("bqr,bkr->bqk", us, vh)
-    if layer.score == "concat":  # c Σ_d tanh(σ (s_i + h_j))_d
-        sigma = 1.0 if layer.scale is None else float(layer.scale.numpy())
-        c = float(layer.concat_score_weight.numpy())
-        summed = q[:, :, None, :] + k[:, None, :, :]
-        return c * np.tanh(sigma * summed).sum(-1)
-    w1 = layer.key_kernel.numpy().T  # W₁: (U, Dk)
-    w2 = layer.query_kernel.numpy().T  # W₂: (U, Dq)
-    vv = layer.score_kernel.numpy()
-    b = layer.bias.numpy() if layer.bias is not None else 0.0
-    out = np.zeros((q.shape[0], q.shape[1], k.shape[1]), "float64")
-    for bi in range(q.shape[0]):
-        for i in range(q.shape[1]):
-            for j in range(k.shape[1]):
-                hidden = w1 @ k[bi, j] + w2 @ q[bi, i] + b
-                out[bi, i, j] = vv @ np.tanh(hidden)
-    return out
 
 
 @pytest.mark.parametrize("score", SCORES)

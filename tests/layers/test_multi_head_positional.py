@@ -7,7 +7,7 @@ import pytest
 import keras_attn
 from tests import layer_test_case as ltc
 from tests.backend import gradients, to_numpy, training
-from tests.ops.test_positional import np_sinusoidal
+from tests.references import np_multi_head_positional as np_reference
 
 RNG = np.random.default_rng(2)
 FFS = [None, "concat", "per_head"]
@@ -16,49 +16,6 @@ POSITIONS = ["sinusoidal", "learned", None]
 
 def x_data(b=2, t=6, d=8):
     return RNG.normal(size=(b, t, d)).astype("float32")
-
-
-def np_reference(layer, query, value, mask):
-    """Vaswani et al.'s formulas with the layer's weights, in NumPy."""
-    names = ["query", "key", "value", "output"]
-    names = [f"{n}_{k}" for n in names for k in ("kernel", "bias")]
-    if layer.feed_forward is not None:
-        names += ["ff_kernel_1", "ff_bias_1", "ff_kernel_2", "ff_bias_2"]
-    w = {n: to_numpy(getattr(layer, n)) for n in names}
-
-    def pos(x, stream):
-        if layer.position is None:
-            return x
-        if layer.position == "sinusoidal":
-            return x + np_sinusoidal(np.arange(x.shape[1]), x.shape[2])
-        return (
-            x + layer._stream_positions[stream].embeddings.numpy()[: x.shape[1]]
-        )
-
-    q = np.einsum("btd,dhk->bthk", pos(query, "query"), w["query_kernel"])
-    q += w["query_bias"]
-    k = np.einsum("btd,dhk->bthk", pos(value, "key"), w["key_kernel"])
-    k += w["key_bias"]
-    v = np.einsum("btd,dhk->bthk", pos(value, "value"), w["value_kernel"])
-    v += w["value_bias"]
-    logits = np.einsum("bqhk,bvhk->bhqv", q, k) / np.sqrt(layer.key_dim)
-    alpha = ltc.np_masked_softmax(
-        logits, np.broadcast_to(mask[:, None], logits.shape)
-    )
-    heads = np.einsum("bhqv,bvhd->bqhd", alpha, v)  # (B, Tq, H, Dv)
-
-    def g(z):
-        hidden = np.maximum(z @ w["ff_kernel_1"] + w["ff_bias_1"], 0)
-        return hidden @ w["ff_kernel_2"] + w["ff_bias_2"]
-
-    if layer.feed_forward == "per_head":
-        heads = g(heads)
-    elif layer.feed_forward == "concat":
-        b, t, h, d = heads.shape
-        heads = g(heads.reshape(b, t, h * d)).reshape(b, t, h, d)
-    out = np.einsum("bqhd,hdo->bqo", heads, w["output_kernel"])
-    out += w["output_bias"]
-    return np.where(mask.any(-1)[..., None], out, 0.0), alpha
 
 
 @pytest.mark.parametrize("position", POSITIONS)

@@ -8,7 +8,7 @@ import pytest
 
 from keras_attn import layers as attn_layers
 from keras_attn.layers import AlibiBias, MultiHeadPositional, RotaryEmbedding
-from tests.layers.test_positions_heads import np_rotary, np_slopes
+from tests.references import np_rotary, np_slopes
 
 
 def to_np(x):

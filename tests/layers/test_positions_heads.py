@@ -11,6 +11,7 @@ from keras import ops
 
 from keras_attn import MultiHeadPositional
 from keras_attn.ops import positional
+from tests.references import np_rotary, np_slopes
 
 B, T, D = 2, 7, 12
 
@@ -18,30 +19,6 @@ B, T, D = 2, 7, 12
 def data(seed=0, t=T):
     rng = np.random.default_rng(seed)
     return rng.normal(size=(B, t, D)).astype("float32")
-
-
-def np_rotary(x, positions, wavelength=10000.0, scale=1.0):
-    """Half-split rotary from the formula, one pair at a time."""
-    out = np.empty_like(x, dtype="float64")
-    k = x.shape[-1]
-    half = k // 2
-    for t, p in enumerate(positions):
-        for j in range(half):
-            theta = (p / scale) * wavelength ** (-2.0 * j / k)
-            a, b = x[..., t, :, j], x[..., t, :, j + half]
-            out[..., t, :, j] = a * np.cos(theta) - b * np.sin(theta)
-            out[..., t, :, j + half] = b * np.cos(theta) + a * np.sin(theta)
-    return out
-
-
-def np_slopes(h):
-    """The paper's slopes: 2^(-8/n) powers, interpolated for non powers."""
-    n = 1
-    while n * 2 <= h:
-        n *= 2
-    first = [2 ** (-8 * i / n) for i in range(1, n + 1)]
-    second = [2 ** (-8 * i / (2 * n)) for i in range(1, 2 * n + 1)]
-    return np.array(first + second[::2][: h - n])
 
 
 def softmax(s, mask):

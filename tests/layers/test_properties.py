@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import keras_attn
 from tests import layer_test_case as ltc
-from tests.layers.test_attention import np_scores
-from tests.layers.test_multi_head_positional import np_reference as np_mhp
-from tests.layers.test_structured_self_attention import np_reference as np_ssa
+from tests.references import np_multi_head_positional as np_mhp
+from tests.references import np_scores
+from tests.references import np_structured_self_attention as np_ssa
 
 # Under the suite's default profile ("ci", tests/conftest.py) each
 # property runs 8 derandomized cases; under another (`thorough`: 500,

@@ -7,25 +7,9 @@ import pytest
 import keras_attn
 from tests import layer_test_case as ltc
 from tests.backend import gradients, to_numpy, training
+from tests.references import np_structured_self_attention as np_reference
 
 RNG = np.random.default_rng(1)
-
-
-def np_reference(layer, h, mask):
-    """A = softmax(W_s2 tanh(W_s1 Hᵀ)), M = A H, P = mean ‖AAᵀ − I‖²_F."""
-    w_s1 = layer.hidden_kernel.numpy().T  # (d_a, D)
-    w_s2 = layer.hop_kernel.numpy().T  # (r, d_a)
-    a_list, m_list, p_list = [], [], []
-    for b in range(h.shape[0]):
-        logits = w_s2 @ np.tanh(w_s1 @ h[b].T)  # (r, T)
-        a = ltc.np_masked_softmax(
-            logits, np.broadcast_to(mask[b], logits.shape)
-        )
-        a_list.append(a)
-        m_list.append(a @ h[b])  # (r, D)
-        diff = a @ a.T - np.eye(a.shape[0])
-        p_list.append(np.sum(diff**2))
-    return np.stack(a_list), np.stack(m_list), np.mean(p_list)
 
 
 @pytest.mark.parametrize("coefficient", [0.0, 0.3, 1.0])

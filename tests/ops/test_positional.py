@@ -6,15 +6,7 @@ import pytest
 import keras_attn
 from keras_attn.ops import positional
 from tests import layer_test_case as ltc
-
-
-def np_sinusoidal(positions, depth, wavelength=10000.0):
-    out = np.zeros((len(positions), depth))
-    for p_idx, p in enumerate(positions):
-        for i in range(depth):
-            angle = p / wavelength ** ((i - i % 2) / depth)
-            out[p_idx, i] = np.sin(angle) if i % 2 == 0 else np.cos(angle)
-    return out
+from tests.references import np_sinusoidal
 
 
 def test_sinusoidal_function_matches_formula():
