@@ -13,7 +13,7 @@ import pytest
 from keras_attn import export
 from keras_attn.export import edge_targets as edge
 from keras_attn.export import flatbuffer
-from tests.export.test_export_matrix import BUILDERS, IDS, RNG, T, V
+from tests.layer_models import BUILDERS, IDS, RNG, T, V
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow
