@@ -93,3 +93,24 @@ BUILDERS = {
     ),
     "ssa_penalty": ssa_model,
 }
+
+# MultiHeadPositional's options the compiled and initial-weight tests
+# pin, one a case.
+OPTIONS = [
+    {"position": None, "num_key_value_heads": 2},
+    {"position": None, "num_key_value_heads": 1, "use_gate": True},
+    {"position": "rotary", "num_key_value_heads": 2, "use_gate": True},
+    {"position": "alibi", "num_key_value_heads": 2},
+    {"position": "sinusoidal", "feed_forward": "concat"},
+    {"position": "learned", "max_length": 8, "feed_forward": "per_head"},
+    {
+        "position": "learned",
+        "max_length": 8,
+        "num_key_value_heads": 2,
+        "feed_forward": "concat",
+        "feed_forward_dim": 32,
+        "use_gate": True,
+        "value_dim": 6,
+        "output_dim": 10,
+    },
+]

@@ -14,48 +14,11 @@ import sys
 import keras
 import pytest
 
+from tests.suites import LAYER_SUITE  # noqa: F401
+
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAYER_SUITE = [
-    "tests/layers/test_attention.py",
-    "tests/layers/test_structured_self_attention.py",
-    "tests/layers/test_masking_after_rnn.py",
-    "tests/layers/test_multi_head_positional.py",
-    "tests/ops/test_positional.py",
-    "tests/layers/test_bad_input.py",
-    "tests/layers/test_precision.py",
-    "tests/ops/test_ops.py",
-    "tests/layers/test_keras_parity_bugs.py",
-    "tests/layers/test_keras_superset.py",
-    "tests/layers/test_keras_machinery.py",
-    "tests/seq2seq/test_search.py",
-    "tests/seq2seq/test_search_parity.py",
-    "tests/seq2seq/test_contrastive.py",
-    "tests/seq2seq/test_samplers.py",
-    "tests/seq2seq/test_multilabel.py",
-    "tests/seq2seq/test_monotonic.py",
-    "tests/seq2seq/test_scheduled_sampling.py",
-    "tests/seq2seq/test_mechanisms.py",
-    "tests/seq2seq/test_seq2seq_ensemble.py",
-    "tests/seq2seq/test_attention_decoder.py",
-    "tests/seq2seq/test_tfa_attention_wrapper.py",
-    "tests/layers/test_mhp_cache.py",
-    "tests/layers/test_cache_policies.py",
-    "tests/layers/test_declared_arguments.py",
-    "tests/layers/test_positions_heads.py",
-    "tests/layers/test_grouped_query.py",
-    "tests/layers/test_initial_weights.py",
-    "tests/layers/test_compiled.py",
-    "tests/seq2seq/test_decoder_calls.py",
-    "tests/layers/test_position_layers.py",
-    "tests/layers/test_float64.py",
-    "tests/layers/test_non_finite_padding.py",
-    "tests/seq2seq/test_sequence_loss.py",
-    "tests/seq2seq/test_docs_seq2seq.py",
-    "tests/training/test_distribute.py",
-    "tests/test_explain_attribution.py",
-]
 
 
 def _run(backend, files, marks="not slow", **env):

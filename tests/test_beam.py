@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
+from tests.beam_cases import REVIEWS, SENTENCES, run
 from tests.paths import ROOT
-from tests.runtime.test_runtime_beam import REVIEWS, SENTENCES, run
 
 pytest.importorskip("apache_beam")
 

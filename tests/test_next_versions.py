@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from tests.paths import ROOT
-from tests.test_backends import LAYER_SUITE
+from tests.suites import LAYER_SUITE
 
 pytestmark = pytest.mark.slow
 

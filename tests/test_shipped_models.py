@@ -481,7 +481,7 @@ def test_every_shipped_litert_file_runs_under_compiled_model(path):
     # process, equal to the Interpreter: a BiLSTM review at several
     # lengths, or translator sentences of several lengths.
     from keras_attn_runtime import LiteRTClassifier, LiteRTTranslator
-    from tests.runtime.test_compiled_model import run_compiled
+    from tests.processes import run_compiled
 
     if "translation" in path:
         lite = LiteRTTranslator(path)

@@ -3,6 +3,8 @@ attention encoder under StructuredSelfAttention, its vocabulary adapted
 on generated reviews) and a GRU encoder-decoder translator over a
 seven-word vocabulary. Seeded: each call builds the same weights."""
 
+import json
+
 import keras
 import numpy as np
 from keras import ops
@@ -152,3 +154,46 @@ def copying_translator():
         max_length=6,
         standardize=split_sentence,
     )
+
+
+def tiny_onnx_classifier(path, length=6):
+    """A `.onnx` text classifier: `p = sigmoid(mean(ids) - 2)`."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
+            helper.make_node("ReduceMean", ["f"], ["m"], axes=[1]),
+            helper.make_node("Sub", ["m", "two"], ["z"]),
+            helper.make_node("Sigmoid", ["z"], ["probability"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info(
+                "ids", TensorProto.INT32, [None, length]
+            )
+        ],
+        [
+            helper.make_tensor_value_info(
+                "probability", TensorProto.FLOAT, [None, 1]
+            )
+        ],
+        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)]
+    )
+    for key, value in (
+        ("keras_attn.vocabulary", "\n[UNK]\ngood\nfilm"),
+        (
+            "keras_attn.config",
+            json.dumps(
+                {"format": "keras_attn.text_classifier", "max_length": length}
+            ),
+        ),
+    ):
+        prop = model.metadata_props.add()
+        prop.key, prop.value = key, value
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    return path

@@ -18,7 +18,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from keras_attn.loading import trust  # noqa: E402
-from tests.export.test_export_matrix import BUILDERS  # noqa: E402
+from tests.layer_models import BUILDERS  # noqa: E402
 
 
 def keras_standard_model():

@@ -687,7 +687,7 @@ def test_an_onnx_classifier_is_served_and_predicted_alike(tmp_path):
     import types
 
     from keras_attn_cli.serving.served import load_backend
-    from tests.runtime.test_opener import tiny_onnx_classifier
+    from tests.tiny_models import tiny_onnx_classifier
 
     path = tiny_onnx_classifier(str(tmp_path / "m.onnx"))
     texts = ["good film", "bad", "film film good"]

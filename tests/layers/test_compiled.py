@@ -10,7 +10,7 @@ import pytest
 
 from keras_attn import MultiHeadPositional
 from tests import backend
-from tests.layers.test_initial_weights import OPTIONS
+from tests.layer_models import OPTIONS
 
 pytestmark = pytest.mark.slow  # a minute a backend: XLA compiles
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from keras_attn import MultiHeadPositional
+from tests.layer_models import OPTIONS  # noqa: F401
 
 QUERY = np.ones((2, 5, 16), "float32")
 VALUE = np.ones((2, 7, 12), "float32")
@@ -54,26 +55,6 @@ def test_the_check_passes_keras_layers_and_catches_a_shared_initializer():
     )
     seeded.build(QUERY.shape, QUERY.shape)
     assert drawn_together(seeded)[1]
-
-
-OPTIONS = [
-    {"position": None, "num_key_value_heads": 2},
-    {"position": None, "num_key_value_heads": 1, "use_gate": True},
-    {"position": "rotary", "num_key_value_heads": 2, "use_gate": True},
-    {"position": "alibi", "num_key_value_heads": 2},
-    {"position": "sinusoidal", "feed_forward": "concat"},
-    {"position": "learned", "max_length": 8, "feed_forward": "per_head"},
-    {
-        "position": "learned",
-        "max_length": 8,
-        "num_key_value_heads": 2,
-        "feed_forward": "concat",
-        "feed_forward_dim": 32,
-        "use_gate": True,
-        "value_dim": 6,
-        "output_dim": 10,
-    },
-]
 
 
 @pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])

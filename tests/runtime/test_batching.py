@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from keras_attn.seq2seq import samplers
+from tests.timing import drained, slowed  # noqa: F401
 from tests.tiny_models import tiny_model, tiny_translator
 
 tf = pytest.importorskip("tensorflow")
@@ -33,31 +34,6 @@ def streaming_file(tmp_path_factory):
         translator, path, search_method="beam", stream_batch=[2, 4, 8]
     )
     return path
-
-
-def slowed(decoder, seconds):
-    """`decoder`'s step taking `seconds` more: callers started together
-    then surely overlap, however fast the machine."""
-    import time
-
-    step = decoder.step
-
-    def slow_step(*args):
-        time.sleep(seconds)
-        return step(*args)
-
-    decoder.step = slow_step
-
-
-def drained(batcher, seconds=5):
-    """Whether `batcher` holds no request within `seconds` (a request
-    leaves its loop just after handing over its last tokens)."""
-    import time
-
-    deadline = time.monotonic() + seconds
-    while batcher.in_flight and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return batcher.in_flight == 0
 
 
 def _side_by_side(run, texts):

@@ -309,7 +309,7 @@ def test_a_model_failure_reaches_its_reader_and_the_copies_go_on():
 
 def test_the_copies_threads_end_with_their_generator():
     from keras_attn_runtime.generator import BundleGenerator
-    from tests.runtime.test_turns import threads_end_with
+    from tests.timing import threads_end_with
 
     def used():
         two = BundleGenerator(LM, loops=2)

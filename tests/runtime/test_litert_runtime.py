@@ -7,9 +7,6 @@ vocabulary checks, no flatbuffer verification) and passes now.
 
 import os
 import random
-import subprocess
-import sys
-import textwrap
 import tracemalloc
 
 import numpy as np
@@ -22,6 +19,7 @@ import keras_attn_runtime as litert_runtime
 from keras_attn import export
 from keras_attn.text import standardize_review
 from tests.paths import ROOT
+from tests.processes import run_python  # noqa: F401
 
 ADVERSARIAL = [
     "'abc' 'def'",
@@ -183,16 +181,6 @@ def test_vocabulary_travels_inside_the_flatbuffer(tflite_model):
     want = model.predict(np.array(texts, dtype=object), verbose=0)
     got = clf.predict(texts)
     np.testing.assert_allclose(got["probability"], want["probability"], 1e-4)
-
-
-def run_python(script, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONPATH": ROOT},
-    )
 
 
 @pytest.mark.slow

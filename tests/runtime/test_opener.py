@@ -11,6 +11,7 @@ import pytest
 
 from keras_attn_runtime import opener
 from tests.paths import ROOT
+from tests.tiny_models import tiny_onnx_classifier  # noqa: F401
 
 SHIPPED = os.path.join(ROOT, "saved_models")
 
@@ -68,49 +69,6 @@ def test_a_litert_translator_opens_as_a_translator():
     want = [artifact.translator.translate(t) for t in ("I am here.", "Go.")]
     assert out["translation"].tolist() == want
     assert all(want)
-
-
-def tiny_onnx_classifier(path, length=6):
-    """A `.onnx` text classifier: `p = sigmoid(mean(ids) - 2)`."""
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [
-            helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
-            helper.make_node("ReduceMean", ["f"], ["m"], axes=[1]),
-            helper.make_node("Sub", ["m", "two"], ["z"]),
-            helper.make_node("Sigmoid", ["z"], ["probability"]),
-        ],
-        "g",
-        [
-            helper.make_tensor_value_info(
-                "ids", TensorProto.INT32, [None, length]
-            )
-        ],
-        [
-            helper.make_tensor_value_info(
-                "probability", TensorProto.FLOAT, [None, 1]
-            )
-        ],
-        [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])],
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 13)]
-    )
-    for key, value in (
-        ("keras_attn.vocabulary", "\n[UNK]\ngood\nfilm"),
-        (
-            "keras_attn.config",
-            json.dumps(
-                {"format": "keras_attn.text_classifier", "max_length": length}
-            ),
-        ),
-    ):
-        prop = model.metadata_props.add()
-        prop.key, prop.value = key, value
-    with open(path, "wb") as f:
-        f.write(model.SerializeToString())
-    return path
 
 
 def test_an_onnx_classifier_is_opened_and_run(tmp_path):

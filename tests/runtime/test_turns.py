@@ -2,10 +2,10 @@
 a thread a copy; what each stream decides reaches its reader in order,
 and the threads end with their line."""
 
-import gc
 import threading
 
 from keras_attn_runtime.turns import Line
+from tests.timing import threads_end_with  # noqa: F401
 
 
 def counting(tag, n, seen, gate=None):
@@ -46,20 +46,6 @@ def test_a_stopped_stream_ends_at_its_next_turn():
     stop.set()
     assert list(line.enter(counting("a", 5, seen), stop).read()) == []
     assert seen == []
-
-
-def threads_end_with(make, count):
-    """`make()`'s new threads (`count` of them) end once what it made is
-    gone."""
-    before = set(threading.enumerate())
-    made = make()
-    own = set(threading.enumerate()) - before
-    assert len(own) == count
-    del made
-    gc.collect()
-    for thread in own:
-        thread.join(10)
-        assert not thread.is_alive()
 
 
 def test_the_threads_end_with_their_line():

@@ -52,7 +52,7 @@ def test_the_digest_tells_two_code_paths_apart(drift):
 
 
 def test_the_tool_needs_no_keras_attn():
-    from tests.runtime.test_litert_runtime import run_python
+    from tests.processes import run_python
 
     done = run_python(f"""
         import runpy, sys

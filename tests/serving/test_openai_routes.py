@@ -347,7 +347,7 @@ def test_a_translators_streams_share_one_loop_and_join_to_its_answers(
     from keras_attn.translation import files
     from keras_attn_runtime import LiteRTTranslator
     from keras_attn_runtime.opener import open_litert
-    from tests.runtime.test_batching import drained, slowed
+    from tests.timing import drained, slowed
     from tests.tiny_models import tiny_model, tiny_translator
 
     translator = tiny_translator(
