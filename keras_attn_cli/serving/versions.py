@@ -27,6 +27,7 @@ import dataclasses
 import os
 
 from keras_attn_cli.serving.limits import LOGGER
+from keras_attn_runtime.opener import find
 
 # How long a new version's files must stay unchanged before it is read:
 # a folder renamed into place passes at once; one copied in place waits
@@ -346,13 +347,6 @@ def _config_source(entry, base, where):
     else:  # latest, TensorFlow Serving's default: one version
         chosen = ("latest", max(policy.latest.num_versions, 1))
     labels = dict(entry.version_labels)
-    if not numbered(base) and os.path.exists(base):
-        from keras_attn_cli.finding import served_artifact
-
-        try:
-            _, artifact = served_artifact(base, None)
-        except ValueError:
-            artifact = None
-        if artifact is not None:
-            return Source(entry.name, fixed={1: artifact}, labels=labels)
+    if not numbered(base) and find(base) is not None:  # one model file
+        return Source(entry.name, fixed={1: base}, labels=labels)
     return Source(entry.name, base, chosen, labels=labels)
