@@ -88,12 +88,34 @@ def status_of(port, name="scorer"):
     }
 
 
+def grpc_states(grpc_port, name="scorer"):
+    """`{version: (state, error message)}` from TensorFlow Serving's gRPC
+    `GetModelStatus`."""
+    import grpc
+    from tensorflow_serving.apis import (
+        get_model_status_pb2,
+        model_service_pb2_grpc,
+    )
+
+    states = get_model_status_pb2.ModelVersionStatus.State
+    call = get_model_status_pb2.GetModelStatusRequest()
+    call.model_spec.name = name
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = model_service_pb2_grpc.ModelServiceStub(channel)
+        answer = stub.GetModelStatus(call, timeout=60)
+    return {
+        s.version: (states.Name(s.state), s.status.error_message)
+        for s in answer.model_version_status
+    }
+
+
 def stop(proc):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0, output_all(proc)[-3000:]
 
 
 def test_a_version_rolled_in_under_load_answers_and_none_fails(tmp_path):
+    pytest.importorskip("tensorflow_serving")
     base = tmp_path / "scorer"
     scorer_model(base / "1", 1)
     proc, port = start_server(str(base))
@@ -126,6 +148,15 @@ def test_a_version_rolled_in_under_load_answers_and_none_fails(tmp_path):
             port, "GET", "/v2/models/scorer/versions/2/ready"
         )
         assert status == 200, answer
+        status, answer = request(
+            port, "GET", "/v2/models/scorer/versions/1/ready"
+        )
+        assert status == 404 and "no version '1'" in answer["error"]
+        # gRPC's status says the same as REST's, at the same moment.
+        assert grpc_states(proc.grpc_port) == {
+            2: ("AVAILABLE", ""),
+            3: ("END", states["3"][1]),
+        }
     finally:
         clients.stop.set()
         stop(proc)
