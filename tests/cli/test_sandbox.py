@@ -91,3 +91,24 @@ def test_the_file_system_is_read_only_but_tmp(tmp_path):
     assert not target.exists()
     scratch = [sys.executable, "-c", "open('/tmp/scratch', 'w').write('ok')"]
     assert subprocess.run(sandbox.bwrap_argv(scratch)).returncode == 0
+
+
+def test_what_the_command_reads_below_tmp_is_bound_read_only(
+    tmp_path, monkeypatch
+):
+    """A model (or a Python, a checkout) below `/tmp` was hidden by the
+    sandbox's fresh `/tmp`: the command failed as if the model were
+    missing. Each such path's folder is bound over it read-only, once."""
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/bwrap")
+    model = tmp_path / "models" / "m.tflite"
+    model.parent.mkdir()
+    model.write_bytes(b"x")
+    inner = tmp_path / "models" / "inner"
+    inner.mkdir()
+    argv = sandbox.bwrap_argv(["python"], [str(model.parent), str(inner)])
+    binds = [argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"]
+    if str(tmp_path).startswith("/tmp/"):
+        assert str(model.parent) in binds and str(inner) not in binds
+        # Bound after the fresh /tmp, so over it.
+        assert argv.index("--tmpfs") < argv.index(str(model.parent))
+    assert "/usr" not in binds  # outside /tmp: already read-only
