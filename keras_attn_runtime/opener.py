@@ -44,7 +44,8 @@ from keras_attn_runtime.signature import (  # noqa: F401 (PromptTooLong)
     Signature,
 )
 
-KINDS = ("saved_model", "keras", "litert", "onnx")
+# Every kind `find` names, in the order a folder is read.
+KINDS = ("saved_model", "litertlm", "keras", "litert", "onnx")
 # The kinds this runtime does not open itself, and their loaders
 # (`register`): `load(path, allow_unsafe) -> artifact`.
 TENSORFLOW_KINDS = ("saved_model", "keras")

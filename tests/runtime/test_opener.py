@@ -315,3 +315,11 @@ def test_one_place_decides_whether_a_file_and_an_artifact_stream():
     if os.path.isfile(lite) and os.path.isfile(edge):
         assert opener.streams(opener.open_litert(lite))
         assert not opener.streams(opener.open_litert(edge))
+
+
+def test_the_kinds_are_every_kind_find_names():
+    """`KINDS` left out the decoder-only bundle that `find` names."""
+    from keras_attn_runtime import opener
+
+    assert set(opener.SUFFIXES.values()) | {"saved_model"} == set(opener.KINDS)
+    assert set(opener.TENSORFLOW_KINDS) <= set(opener.KINDS)
