@@ -152,8 +152,9 @@ def main(argv=None):
         "steady_requests": len(steady),
         "requests": len(answers),
         "failed": len(failed),
+        # The server's load lines, the temporary folder left out.
         "load_lines": [
-            line.split("keras-attn serve: ")[-1]
+            line.split("keras-attn serve: ")[-1].replace(work + os.sep, "")
             for line in log.splitlines()
             if "loaded reviews" in line
         ],
