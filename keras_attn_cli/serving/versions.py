@@ -154,18 +154,26 @@ class Watcher:
             self._swap(source, loaded)
 
     async def run(self):
-        """Poll until cancelled."""
+        """Poll until cancelled. A round that fails is one ERROR line, and
+        the next round comes as usual (the task never ends by itself,
+        leaving the disk unwatched)."""
         config_poll = self.config[1] if self.config else 0
         waited = 0.0
         while self.poll_s > 0 or config_poll > 0:
             step = min(s for s in (self.poll_s, config_poll) if s > 0)
             await asyncio.sleep(step)
             waited += step
-            if config_poll > 0 and waited >= config_poll:
-                waited = 0.0
-                await self.reread_config()
-            if self.poll_s > 0:
-                await self.poll()
+            try:
+                if config_poll > 0 and waited >= config_poll:
+                    waited = 0.0
+                    await self.reread_config()
+                if self.poll_s > 0:
+                    await self.poll()
+            except Exception as err:  # noqa: BLE001 (one line, go on)
+                LOGGER.error(
+                    "a look at the model folders failed, trying again: %s",
+                    " ".join(str(err).split()) or type(err).__name__,
+                )
 
     async def reread_config(self):
         """The config file again: models added are loaded, models gone

@@ -287,3 +287,31 @@ def test_the_status_shows_a_failed_version_as_tensorflow_serving_does():
         "error_code": "UNKNOWN",
         "error_message": "bad file",
     }
+
+
+def test_a_failed_round_is_one_line_and_the_watching_goes_on(tmp_path, caplog):
+    """A round that raised ended the watcher's task without a word, and
+    the disk went unwatched; it is one ERROR line, then the next round."""
+    version(tmp_path, 1, "one")
+    watcher, models, _ = watcher_of(tmp_path, poll_s=0.01)
+    watcher.start()
+    rounds = []
+
+    async def poll():
+        rounds.append(1)
+        if len(rounds) == 1:
+            raise OSError("the disk went away")
+
+    watcher.poll = poll
+
+    async def watch():
+        task = asyncio.create_task(watcher.run())
+        while len(rounds) < 3:
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(asyncio.wait_for(watch(), 10))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "the disk went away" in lines[0]
+    assert models.find("m").text == "one"
