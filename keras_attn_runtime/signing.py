@@ -85,11 +85,35 @@ def _read_pem(pem, flag):
     return text
 
 
-def check_signer(signing, names=None):
+def is_signature(path):
+    """Whether the file at `path` is a signature `sign` writes (a
+    Sigstore bundle), not some other file of the user's."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            bundle = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    kind = bundle.get("mediaType", "") if isinstance(bundle, dict) else ""
+    return kind.startswith("application/vnd.dev.sigstore.bundle")
+
+
+def check_signer(signing, names=None, targets=(), overwrite=False):
     """The PEM files of `signing` (`sign`'s `private_key`, `certificate`
     and `certificate_chain`) readable, before any work that would sign;
     a `ValueError` naming the argument (`names`: the CLI's flags)
-    otherwise."""
+    otherwise. `targets`: the files about to be written and signed; a
+    file where one's signature goes that is not a signature is replaced
+    only with `overwrite`."""
+    for target in targets:
+        found = signature_of(target)
+        if os.path.lexists(found) and not overwrite and not is_signature(found):
+            raise ValueError(
+                f"{found} is not a signature, and signing {target} would "
+                "replace it: pass overwrite=True (--overwrite) to replace "
+                f"it. Received: {found!r}"
+            )
     names = {
         "private_key": "private_key",
         "certificate": "certificate",

@@ -183,9 +183,11 @@ def check_text_export(
     protect=(),
     names=None,
     onnx=None,
+    signing=None,
 ):
-    """Every check of `export_text_model` that needs no model: settings
-    and destinations. Returns `{kind: absolute path}`."""
+    """Every check of `export_text_model` that needs no model: settings,
+    destinations and the signing keys (with nothing but an earlier
+    signature where a file's goes). Returns `{kind: absolute path}`."""
     names = {**_API_NAMES, **(names or {})}
     if saved_model is None and tflite is None and onnx is None:
         raise ValueError(
@@ -231,6 +233,7 @@ def check_text_export(
         raise ValueError(
             "The export destinations must not overlap. Received: " + given
         )
+    _signer_checked(signing, names, targets, overwrite)
     return targets
 
 
@@ -294,8 +297,8 @@ def export_text_model(
         protect,
         names,
         onnx,
+        signing,
     )
-    _signer_checked(signing, names)
     split_text_model(text_model)  # the model has the expected shape
     with logs.quiet():
         written = _write_text_model(
@@ -311,13 +314,15 @@ def export_text_model(
     return _signed(written, signing)
 
 
-def _signer_checked(signing, names):
-    """`signing`'s key files readable before any work (or nothing to
-    check)."""
+def _signer_checked(signing, names, targets, overwrite):
+    """`signing`'s key files readable, and nothing but an earlier
+    signature where a file target's goes (a SavedModel's is inside its
+    folder, replaced with it), before any work (or nothing to check)."""
     if signing is not None:
         from keras_attn_runtime.signing import check_signer
 
-        check_signer(signing, names and names.get("signing"))
+        files = [p for kind, p in targets.items() if kind != "saved_model"]
+        check_signer(signing, names and names.get("signing"), files, overwrite)
 
 
 def _signed(written, signing):

@@ -65,11 +65,7 @@ def export(args):
             f"--sign-certificate={args.sign_certificate!r}"
         )
     # Check destinations and settings before the (slow) model load.
-    exporters.check_text_export(**settings)
-    if signing is not None:
-        from keras_attn_runtime.signing import check_signer
-
-        check_signer(signing, names["signing"])
+    exporters.check_text_export(**settings, signing=signing)
     model = load_classifier(model_file)
     # A progress bar where a person waits (the int8 calibration: a minute
     # for the shipped BiLSTM), none when the output goes to a file or pipe.

@@ -159,3 +159,29 @@ def test_verifying_imports_no_tensorflow(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_signing_an_export_keeps_a_file_of_the_users_where_its_signature_goes(
+    tmp_path,
+):
+    """An export that signs wrote `FILE.sig` over whatever was there; a
+    file that is not a signature is now kept (and the export refused
+    before any work) unless overwrite, and an earlier signature is
+    replaced."""
+    pytest.importorskip("keras")
+    from keras_attn.export import check_text_export
+
+    private, _, _ = keys(tmp_path, "signer")
+    target = tmp_path / "model.tflite"
+    notes = tmp_path / "model.tflite.sig"
+    notes.write_text("my notes")
+    signer = {"private_key": private}
+    with pytest.raises(ValueError, match="model.tflite.sig is not a signature"):
+        check_text_export(tflite=str(target), signing=signer)
+    assert notes.read_text() == "my notes"
+    check_text_export(tflite=str(target), signing=signer, overwrite=True)
+    notes.unlink()
+    target.write_bytes(open(EDGE, "rb").read())  # an earlier export
+    assert signing.sign(str(target), private) == str(notes)
+    assert signing.is_signature(str(notes))
+    check_text_export(tflite=str(target), signing=signer)  # its own: fine
