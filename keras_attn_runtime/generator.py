@@ -29,6 +29,7 @@ import os
 import numpy as np
 
 from keras_attn_runtime.artifact import verify_model
+from keras_attn_runtime.rows import RowLoop, RowStream, row_counts
 from keras_attn_runtime.sampling import read as read_sampling
 from keras_attn_runtime.search import TokenSearch, greedy, sample_with
 from keras_attn_runtime.signature import (
@@ -239,14 +240,23 @@ class BundleGenerator(ServedFolder):
             them. Defaults to `"auto"` (the same numbers every time: under
             the Interpreter, which the copies run, XNNPACK's defaults, as
             LiteRT-LM's engine runs the bundle).
+        rows: the streams a copy decodes in one call, through the
+            bundle's `decode_rows_<R>` signatures (`keras_attn_runtime.
+            rows`). Defaults to the largest `R` where the bundle has
+            them; `False` runs LiteRT-LM's `decode`, a stream a call, the
+            copies taking the streams in turn (a bundle without them is
+            always run so).
 
     Attributes:
         cpu_settings: the CPU settings the copies run on
             (`keras_attn_runtime.engine.LiteRTModel.cpu_settings`).
         call_cost: what a call costs beyond its tokens on those kernels,
             in tokens (`CALL_COSTS`), which decides a prompt's chunks.
-        stream_capacity: the streams the copies serve in turn before a
-            server's next request waits (`STREAMS_PER_COPY` a copy).
+        stream_capacity: the streams the copies decode before a
+            server's next request waits (`rows` a copy, else
+            `STREAMS_PER_COPY` a copy, served in turn).
+        row_loops: the copies' `keras_attn_runtime.rows.RowLoop`s
+            (empty when a stream a call).
 
     As a served artifact (`keras_attn_runtime.opener.StreamingArtifact`):
     `text` in, `completion` out, under TensorFlow Serving's default key
@@ -257,7 +267,7 @@ class BundleGenerator(ServedFolder):
     concurrent_streams = True
     sampling = True
 
-    def __init__(self, folder, loops=None, cpu_kernels="auto"):
+    def __init__(self, folder, loops=None, cpu_kernels="auto", rows=None):
         try:
             from tokenizers import Tokenizer
         except ImportError:
@@ -286,7 +296,6 @@ class BundleGenerator(ServedFolder):
         data, model = bundle_model(path)
         copies = [_Copy(data, model, path, cpu_kernels) for _ in range(loops)]
         self._copies = tuple(copies)
-        self._line = Line(copies, "keras_attn_runtime bundle copy")
         copy = copies[0]
         self.cpu_settings = copy.litert.cpu_settings
         self.call_cost = CALL_COSTS[self.cpu_settings.split(":")[0]]
@@ -301,8 +310,32 @@ class BundleGenerator(ServedFolder):
             for k in copy.litert.signatures
             if k.startswith("prefill_")
         )
-        self.stream_capacity = STREAMS_PER_COPY * loops
+        self.row_loops = self._row_loops(rows)
+        if self.row_loops:
+            self.stream_capacity = sum(r.max_rows for r in self.row_loops)
+        else:
+            self._line = Line(copies, "keras_attn_runtime bundle copy")
+            self.stream_capacity = STREAMS_PER_COPY * loops
         super().__init__()
+
+    def _row_loops(self, rows):
+        """A `RowLoop` a copy, or `()` (`rows=False`, or a bundle
+        without `decode_rows_<R>` signatures)."""
+        counts = row_counts(self._copies[0].runners)
+        if rows is False or not counts:
+            return ()
+        if rows is None:
+            rows = counts[-1]
+        return tuple(
+            RowLoop(
+                copy.runners,
+                self._caches,
+                self.context_length,
+                max_rows=rows,
+                name=f"keras_attn_runtime bundle rows {i}",
+            )
+            for i, copy in enumerate(self._copies)
+        )
 
     def _id(self, token):
         found = self.tokenizer.token_to_id(token)
@@ -367,12 +400,20 @@ class BundleGenerator(ServedFolder):
             yield
 
     def _enter(self, text, stop, sampling, put=None):
-        """A `Stream` of `text`'s continuation, in the line."""
+        """A stream of `text`'s continuation: in the rows of the copy
+        with the fewest streams, or in the line."""
         ids = self.prompt_ids(text)
         self.check_length(len(ids))
-        return self._line.enter(
-            lambda s: self._calls(ids, sampling, s), stop, put
+        if not self.row_loops:
+            return self._line.enter(
+                lambda s: self._calls(ids, sampling, s), stop, put
+            )
+        search = TokenSearch(
+            1, sorted(self.stop_ids), chooser(sampling), banned_ids=None
         )
+        steps = chunks(len(ids) - 1, self.prefill_lengths, self.call_cost)
+        loop = min(self.row_loops, key=lambda r: r.in_flight)
+        return loop.enter(RowStream(ids, steps, search, stop, put))
 
     def token_ids(self, text, stop=None, sampling=None):
         """Yield the continuation's ids one at a time (a stop token

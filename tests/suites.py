@@ -25,6 +25,7 @@ LAYER_SUITE = [
     "tests/seq2seq/test_attention_decoder.py",
     "tests/seq2seq/test_tfa_attention_wrapper.py",
     "tests/layers/test_mhp_cache.py",
+    "tests/layers/test_decode_rows.py",
     "tests/layers/test_cache_policies.py",
     "tests/layers/test_declared_arguments.py",
     "tests/layers/test_positions_heads.py",

@@ -9,7 +9,14 @@ The bundle holds, written by `litert-lm-builder`:
   int32, `input_pos` `[T]` int32 (absolute positions) and, a layer `l`,
   `kv_cache_k_<l>` and `kv_cache_v_<l>` `[1, H_kv, S, key_dim]` float32;
   outputs: the same caches, whole and updated (the engine binds one
-  buffer to both sides), and for `decode` `logits` `[1, 1, V]`;
+  buffer to both sides), and for `decode` `logits` `[1, 1, V]`; and,
+  which the engine does not read, `decode_rows_<R>` signatures over the
+  same weights: `R` streams' tokens `[R]` at their own positions
+  `input_pos` `[R]`, over caches `cache_k_<l>`/`cache_v_<l>`
+  `[R, S, H_kv, key_dim]` that the call only reads; out come `logits`
+  `[R, V]` and each layer's new key and value `new_k_<l>`/`new_v_<l>`
+  `[R, H_kv, key_dim]`, which the caller writes in place (a server's
+  many streams in one call);
 - the tokenizer (a Hugging Face `tokenizer.json` or a SentencePiece
   model);
 - the `LlmMetadata`: start and stop tokens, the prompt template, the
@@ -35,6 +42,8 @@ import os
 
 from keras_attn.export.destination import check_destination, staged
 from keras_attn.export.litert import export_signatures_tflite, scratch_dir
+from keras_attn_runtime.rows import PREFIX as DECODE_ROWS_PREFIX
+from keras_attn_runtime.rows import cache_names as row_cache_names
 
 PREFILL, DECODE = "prefill", "decode"
 # The engine's cache layout from a layer's `(1, S, H_kv, key_dim)` keys
@@ -43,6 +52,9 @@ PREFILL, DECODE = "prefill", "decode"
 ENGINE_CACHE_AXES = (0, 2, 1, 3)
 TOKENS, POSITIONS, LOGITS = "tokens", "input_pos", "logits"
 SAMPLERS = ("greedy",)
+# The row counts of the signatures that decode many streams in one call
+# (`decode_rows_<R>`, read by `keras_attn_runtime.rows`).
+DECODE_ROWS = (1, 4, 16)
 
 
 def cache_names(layer):
@@ -117,6 +129,22 @@ def _check_lengths(context_length, prefill_lengths):
     return sorted(set(lengths))
 
 
+def _check_rows(decode_rows):
+    from keras_attn.validation import positive_int
+
+    if isinstance(decode_rows, (str, bytes)) or not hasattr(
+        decode_rows, "__iter__"
+    ):
+        raise ValueError(
+            "Expected decode_rows to be a sequence of row counts. "
+            f"Received: decode_rows={decode_rows!r}"
+        )
+    rows = list(decode_rows)
+    for n in rows:
+        positive_int("decode_rows", n)
+    return sorted(set(rows))
+
+
 def _signature(model, shapes, context_length, steps, with_logits):
     """One signature of `steps` tokens: the engine's inputs and
     outputs around `model.call_with_cache`."""
@@ -160,6 +188,45 @@ def _signature(model, shapes, context_length, steps, with_logits):
             k_name, v_name = cache_names(layer)
             out[k_name] = ops.transpose(c[:, 0], ENGINE_CACHE_AXES)
             out[v_name] = ops.transpose(c[:, 1], ENGINE_CACHE_AXES)
+        return out
+
+    return tf.function(run, input_signature=specs)
+
+
+def _rows_signature(model, shapes, context_length, rows):
+    """`decode_rows_<rows>`: one token a row, each at its own position,
+    over caches `[R, S, H_kv, key_dim]` the call only reads; the new keys
+    and values `[R, H_kv, key_dim]` come out for the caller to write
+    (`CausalLM.decode_rows`)."""
+    import tensorflow as tf
+    from keras import ops
+
+    specs = [
+        tf.TensorSpec([rows], tf.int32, name=TOKENS),
+        tf.TensorSpec([rows], tf.int32, name=POSITIONS),
+    ]
+    names = [TOKENS, POSITIONS]
+    for layer, (heads, dim) in enumerate(shapes):
+        for name in row_cache_names(layer)[0]:
+            shape = [rows, context_length, heads, dim]
+            specs.append(tf.TensorSpec(shape, tf.float32, name))
+            names.append(name)
+
+    def run(*inputs):
+        given = dict(zip(names, inputs, strict=True))
+        caches = [
+            tuple(given[n] for n in row_cache_names(layer)[0])
+            for layer in range(len(shapes))
+        ]
+        logits, entries = model.decode_rows(
+            given[TOKENS], caches, given[POSITIONS]
+        )
+        out = {LOGITS: ops.cast(logits, "float32")}
+        for layer, pair in enumerate(entries):
+            for name, entry in zip(
+                row_cache_names(layer)[1], pair, strict=True
+            ):
+                out[name] = ops.cast(entry[:, 0], "float32")
         return out
 
     return tf.function(run, input_signature=specs)
@@ -294,6 +361,7 @@ def export_litertlm(
     prompt_suffix="",
     sampler="greedy",
     quantize="none",
+    decode_rows=DECODE_ROWS,
     overwrite=False,
     protect=(),
 ):
@@ -318,6 +386,11 @@ def export_litertlm(
         sampler: `"greedy"` (the only search the bundle's metadata sets;
             the engine's `SamplerConfig` may still choose top-k/top-p).
         quantize: `"none"`, `"float16"` or `"dynamic"` (int8 weights).
+        decode_rows: the row counts of the `decode_rows_<R>` signatures
+            added beside the engine's (over the same weights), which
+            decode many streams in one call
+            (`keras_attn_runtime.generator.BundleGenerator`); LiteRT-LM
+            reads only its own. Defaults to `(1, 4, 16)`; `()` adds none.
         overwrite: replace `path` even when it is not a LiteRT-LM bundle.
         protect: paths never to replace (see `check_destination`).
 
@@ -331,6 +404,7 @@ def export_litertlm(
             f"sampler={sampler!r}"
         )
     lengths = _check_lengths(context_length, prefill_lengths)
+    rows = _check_rows(decode_rows)
     target = check_destination(path, "litertlm", overwrite, protect)
     kind, tok = _tokenizer(tokenizer)
     ids = tok if kind == "hf" else _Ids(tok)
@@ -342,10 +416,21 @@ def export_litertlm(
         context_length,
     )
     shapes = _cache_shapes(model, context_length)
+    if rows and not callable(getattr(model, "decode_rows", None)):
+        raise ValueError(
+            "Expected a model with decode_rows(token_ids, caches, "
+            "positions) (keras_attn.models.CausalLM) for the decode_rows_"
+            "<R> signatures, or decode_rows=(). Received: model="
+            f"{type(model).__name__}, decode_rows={tuple(rows)!r}"
+        )
     functions = {
         f"{PREFILL}_{n}": _signature(model, shapes, context_length, n, False)
         for n in lengths
     }
     functions[DECODE] = _signature(model, shapes, context_length, 1, True)
+    for n in rows:
+        functions[f"{DECODE_ROWS_PREFIX}{n}"] = _rows_signature(
+            model, shapes, context_length, n
+        )
     _write_bundle(target, functions, quantize, tok, meta)
     return path

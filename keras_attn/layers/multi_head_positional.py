@@ -9,6 +9,7 @@ from keras_attn.layers import _multi_head_arguments as arguments
 from keras_attn.layers import _multi_head_inputs as inputs
 from keras_attn.layers import _multi_head_masks as masks
 from keras_attn.layers import _multi_head_positions as positions
+from keras_attn.layers import _row_decoding as row_decoding
 from keras_attn.layers import _sublayers, cache_policies
 from keras_attn.legacy import layers as legacy_layers
 from keras_attn.ops import heads, masking
@@ -371,6 +372,29 @@ class MultiHeadPositional(layers.MultiHeadAttention):
         policy = self.cache_policy or cache_policies.FULL
         heads, dim = self.num_key_value_heads, self.key_dim
         return policy.empty(batch_size, length, heads, dim, self.compute_dtype)
+
+    def decode_rows(self, query, key_cache, value_cache, positions):
+        """One step a row, each row at a position of its own, over a
+        full cache the call only reads (a server's many streams in one
+        call; the caller writes the new keys and values in place).
+
+        Args:
+            query: `(R, 1, D)`, one step a row, self-attention.
+            key_cache, value_cache: `(R, S, H_kv, key_dim)`: row `r`'s
+                keys and values at positions `0..positions[r]-1` (what
+                later slots hold is ignored).
+            positions: `(R,)` int: each row's step position.
+
+        Returns:
+            `(output (R, 1, output_dim), key, value)`, the step's key and
+            value `(R, 1, H_kv, key_dim)` to write at `positions`. The
+            output equals the call with a full `cache` holding the same
+            keys and `cache_update_index=positions`.
+        """
+        inputs.check_cacheable(self)
+        return row_decoding.decode_rows(
+            self, query, key_cache, value_cache, positions
+        )
 
     # -- Attention. --------------------------------------------------------
 

@@ -282,6 +282,38 @@ class CausalLM(keras.Model):
         logits = self._blocks(x, False, attend)
         return logits, cache
 
+    def decode_rows(self, token_ids, caches, positions):
+        """`(logits (R, V), entries)`: one token a row, each row at a
+        position of its own, over caches the call only reads (see
+        `MultiHeadPositional.decode_rows`): what a server calls to
+        advance many streams at once, writing each layer's new key and
+        value in place.
+
+        Args:
+            token_ids: `(R,)` int32, a row's token.
+            caches: a `(keys, values)` pair a layer, each
+                `(R, S, H_kv, key_dim)`: row `r`'s positions
+                `0..positions[r]-1`.
+            positions: `(R,)` int32: each token's position.
+
+        Returns:
+            The logits, and a `(key, value)` pair a layer, each
+            `(R, 1, H_kv, key_dim)`, to write at `positions`. Equal to
+            `call_with_cache` with the same keys in a full cache and
+            `cache_update_index=positions`.
+        """
+        entries = []
+
+        def attend(i, attention, h):
+            keys, values = caches[i]
+            out, k, v = attention.decode_rows(h, keys, values, positions)
+            entries.append((k, v))
+            return out
+
+        x = self.token_embedding(ops.reshape(token_ids, (-1, 1)))
+        logits = self._blocks(x, False, attend)
+        return logits[:, 0], entries
+
     def generate(self, token_ids, max_new_tokens, end_token_id, sampler=None):
         """Continue prompts as LiteRT-LM's engine does: every prompt
         token but the last through the cache at once, then one token a

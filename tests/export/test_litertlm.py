@@ -16,54 +16,19 @@ import pytest
 
 from keras_attn.export import export_litertlm
 from keras_attn.export import litertlm as litertlm_module
-from keras_attn.models import CausalLM
 from tests.backend import to_numpy
+from tests.tiny_models import (
+    CONTEXT,
+    END,
+    PREFILLS,
+    START,
+    V,
+    tiny_decoder,
+    word_tokenizer,
+)
 
 pytest.importorskip("litert_lm_builder")
 tokenizers = pytest.importorskip("tokenizers")
-
-V = 60
-START, END = "[start]", "[end]"
-CONTEXT = 48
-PREFILLS = (4, 16)
-
-
-def word_tokenizer():
-    from keras_attn.translation.tokenizer_json import wordpiece_tokenizer
-
-    vocabulary = ["[PAD]", "[UNK]", START, END, "[sep]"]
-    vocabulary += [f"w{i}" for i in range(len(vocabulary), V)]
-    return wordpiece_tokenizer(vocabulary, special_tokens=[START, END, "[sep]"])
-
-
-def tiny_decoder(**kwargs):
-    settings = dict(
-        num_layers=2,
-        num_heads=4,
-        hidden_dim=32,
-        intermediate_dim=64,
-        num_key_value_heads=2,
-    )
-    lm = CausalLM(V, **{**settings, **kwargs})
-    lm(np.ones((1, 3), "int32"))
-    # Large random weights: blocks that outweigh the embedding in the
-    # residual stream, so that tokens vary (the initial weights repeat one
-    # token, which would hide a wrong position or cache slot).
-    rng = np.random.default_rng(1)
-    for weight in lm.weights:
-        if "kernel" in weight.path:
-            fan_in = int(np.prod(weight.shape[:-1]))
-            if len(weight.shape) == 3 and "attention_output" in weight.path:
-                fan_in = int(np.prod(weight.shape[:2]))
-            elif len(weight.shape) == 3:
-                fan_in = int(weight.shape[0])
-            values = rng.normal(size=weight.shape) * 4 / np.sqrt(fan_in)
-            weight.assign(values.astype("float32"))
-    table = rng.normal(size=(V, lm.hidden_dim))
-    table[0] = 0.0  # padding: a logit of 0, never the largest here
-    lm.token_embedding.embeddings.assign(table.astype("float32"))
-    return lm
-
 
 ENGINE = textwrap.dedent(
     """
