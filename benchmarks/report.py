@@ -70,6 +70,13 @@ HEADERS = {
     "sufficiency_se": "± se",
     "passes_per_review": "rows a review",
     "seconds_per_review": "s a review",
+    "tokens_per_s": "tokens/s",
+    "equal_to_alone": "equal to alone",
+    "weight_mb": "weights MB",
+    "rows_a_call": "rows a call",
+    "memory_ceiling": "memory ceiling tokens/s",
+    "arithmetic_ceiling": "int8 ceiling tokens/s",
+    "of_ceiling": "of the lower ceiling",
 }
 
 
@@ -179,6 +186,22 @@ def extras(data):
             f"{soak['steady_p50_ms']} ms, p99 {soak['steady_p99_ms']} ms over "
             f"{soak['steady_requests']} requests. {soak['requests']} "
             f"requests in all, {soak['failed']} failed.",
+        ]
+    if "int8_gmac_per_s" in data:  # benchmarks.decode_floors
+        lines += [
+            "",
+            f"One core reads {data['read_gb_per_s']:g} GB/s and runs "
+            f"{data['int8_gmac_per_s']:g} G int8-weight multiply-adds a "
+            "second in LiteRT.",
+        ]
+    if "bundle_bytes" in data:  # benchmarks.serving_rows
+        sizes = ", ".join(
+            f"{kind} {size / 1e6:.2f} MB"
+            for kind, size in data["bundle_bytes"].items()
+        )
+        lines += [
+            "",
+            f"{data['parameters']:,} parameters; bundles: {sizes}.",
         ]
     real = data.get("real_reviews")
     if real:

@@ -77,10 +77,12 @@ def start_ours():
     return proc, f"http://127.0.0.1:{port}/openai/v1", NAME
 
 
-def start_theirs(home, log):
+def start_theirs(home, log, source=BUNDLE):
+    """`litert-lm serve` of the bundle at `source` (imported as `fr`
+    under `home`), once it answers."""
     env = {**os.environ, "HOME": home}
     bundle = os.path.join(home, "model.litertlm")
-    shutil.copy(BUNDLE, bundle)
+    shutil.copy(source, bundle)
     subprocess.run(
         ["litert-lm", "import", bundle, "fr"],
         env=env,

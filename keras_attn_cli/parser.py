@@ -135,10 +135,11 @@ SERVE_FLAGS = (
     ("--max-text-bytes", int, 100_000, "longest text input (UTF-8 bytes)"),
     (
         "--max-streams",
-        int,
+        "streams",
         None,
-        "streams one model decodes at once (OpenAI); auto: the sentences "
-        "its decode loops hold at once, else 8",
+        "streams one model decodes at once (OpenAI), a number or auto: "
+        "what its decode loops hold at once (a decoder-only bundle: the "
+        "rows its copies decode in one call), else 8",
     ),
     (
         "--header-timeout",
@@ -179,6 +180,25 @@ POLL_FLAGS = {
         "remove models (0: read once, at start)",
     ),
 }
+
+
+def stream_count(value):
+    """`--max-streams`: a positive number, or `auto` (`None`)."""
+    if value == "auto":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number or auto, got {value!r}"
+        )
+    return count
+
+
+# The types a serve flag names (`SERVE_FLAGS`).
+FLAG_TYPES = {"streams": stream_count}
 
 
 def _shown(default):
@@ -413,7 +433,7 @@ COMMANDS = (
             *(
                 _flag(
                     flag,
-                    type=kind,
+                    type=FLAG_TYPES.get(kind, kind),
                     default=default,
                     help=f"{text} (default: {_shown(default)})",
                 )

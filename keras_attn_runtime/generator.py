@@ -3,18 +3,19 @@
 `.litertlm` bundle with NumPy and LiteRT: no TensorFlow, no Keras, no
 LiteRT-LM.
 
-The bundle's LiteRT model is LiteRT-LM's own (`prefill_<T>` and
-`decode` signatures over one copy of the weights), and it is fed as the
-engine feeds it: the start token, the prompt between the folder's prefix
-and suffix, every token but the last prefilled (over the prefill
-lengths, a chunk padded with token 0 at position 0), then one token a
-call from the last; greedy unless sampled. A stream's caches are its
-own arrays. Streams are served in turn by copies of the model (`loops`,
-one a core by default), each on a thread of its own
-(`keras_attn_runtime.turns`): a call a turn (a prompt's chunk or a
-token), so streams interleave call by call, a prompt's prefill holds
-the streams already decoding for one call at a time, and one stream
-costs what it costs alone.
+The bundle's LiteRT model holds LiteRT-LM's own signatures (`prefill_<T>`
+and `decode` over one copy of the weights), and, where
+`keras_attn.export.export_litertlm` wrote them, `decode_rows_<R>`
+signatures over the same weights. A prompt is fed as the engine feeds
+it: the start token, the prompt between the folder's prefix and suffix,
+every token but the last prefilled (over the prefill lengths, a chunk
+padded with token 0 at position 0), then one token a call from the
+last; greedy unless sampled. Copies of the model (`loops`, one a core by
+default) run the streams: with `decode_rows_<R>`, each copy's loop
+advances every stream it holds in one call (`keras_attn_runtime.rows`);
+without, the streams wait in one line that the copies serve in turn, a
+call each (`keras_attn_runtime.turns`). Either way a stream's answer is
+the one it gets alone.
 
     from keras_attn_runtime.generator import BundleGenerator
 
@@ -200,12 +201,18 @@ class ServedFolder:
     bundle here, its Keras model in `keras_attn.loading.opener`): `text`
     in, its `completion` out, under TensorFlow Serving's default key and
     `generate`, every prompt checked against the context before any
-    call. A subclass gives `context_length`, `prompt_length(text)` and
-    `completions(texts)`."""
+    call. A subclass gives `context_length`, `tokenizer` (a
+    `tokenizers.Tokenizer`), `prompt_length(text)` (the tokens fed,
+    template and start token included) and `completions(texts)`."""
 
     def __init__(self):
         io = Signature(TEXT, {OUTPUT: ("string", [None])})
         self.signatures = {DEFAULT_SIGNATURE: io, "generate": io}
+
+    def count_tokens(self, text):
+        """The tokens of `text` by the model's tokenizer (what OpenAI's
+        `usage` counts of an answer)."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def check_prompt(self, text):
         """A `PromptTooLong` for a prompt that leaves the model no room

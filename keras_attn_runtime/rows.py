@@ -2,7 +2,7 @@
 
 A bundle that `keras_attn.export.export_litertlm` wrote holds, beside
 LiteRT-LM's own signatures, `decode_rows_<R>` signatures: `R` streams'
-tokens at positions of their own, over caches `[R, S, H_kv, key_dim]`
+tokens at positions of their own, over caches `[R, H_kv, S, key_dim]`
 that the call only reads, giving each stream's logits and each layer's
 new key and value, which `RowLoop` writes into the stream's row in
 place. The weights are read once a call, whatever the rows.
@@ -148,9 +148,9 @@ class RowLoop:
         self._slots = {}
         for (engine_k, _), (k, v), _ in self._names:
             _, heads, length, dim = engine_caches[engine_k]["shape"]
-            for slot in (k, v):
+            for slot in (k, v):  # LiteRT-LM's layout, a row a stream
                 self._slots[slot] = np.zeros(
-                    (rows, length, heads, dim), "float32"
+                    (rows, heads, length, dim), "float32"
                 )
         self.calls = self.rows_decoded = 0
         self._pending = collections.deque()
@@ -262,9 +262,7 @@ class RowLoop:
             if stream.caches is None:  # a prompt of one token: nothing yet
                 break
             for engine, slot in ((engine_k, k), (engine_v, v)):
-                self._slots[slot][row] = stream.caches[engine][0].transpose(
-                    1, 0, 2
-                )
+                self._slots[slot][row] = stream.caches[engine][0]
         stream.caches = None
         self._decoding.append(stream)
 
@@ -294,8 +292,8 @@ class RowLoop:
             rows = np.arange(start, start + used)
             at = positions[start : start + used]
             for _, (k, v), (new_k, new_v) in self._names:
-                self._slots[k][rows, at] = out[new_k][:used]
-                self._slots[v][rows, at] = out[new_v][:used]
+                self._slots[k][rows, :, at] = out[new_k][:used]
+                self._slots[v][rows, :, at] = out[new_v][:used]
             logits.append(np.asarray(out[LOGITS]).reshape(n, -1)[:used])
             start += n
         self.calls += 1

@@ -13,7 +13,7 @@ The bundle holds, written by `litert-lm-builder`:
   which the engine does not read, `decode_rows_<R>` signatures over the
   same weights: `R` streams' tokens `[R]` at their own positions
   `input_pos` `[R]`, over caches `cache_k_<l>`/`cache_v_<l>`
-  `[R, S, H_kv, key_dim]` that the call only reads; out come `logits`
+  `[R, H_kv, S, key_dim]` that the call only reads; out come `logits`
   `[R, V]` and each layer's new key and value `new_k_<l>`/`new_v_<l>`
   `[R, H_kv, key_dim]`, which the caller writes in place (a server's
   many streams in one call);
@@ -195,7 +195,7 @@ def _signature(model, shapes, context_length, steps, with_logits):
 
 def _rows_signature(model, shapes, context_length, rows):
     """`decode_rows_<rows>`: one token a row, each at its own position,
-    over caches `[R, S, H_kv, key_dim]` the call only reads; the new keys
+    over caches `[R, H_kv, S, key_dim]` the call only reads; the new keys
     and values `[R, H_kv, key_dim]` come out for the caller to write
     (`CausalLM.decode_rows`)."""
     import tensorflow as tf
@@ -208,7 +208,7 @@ def _rows_signature(model, shapes, context_length, rows):
     names = [TOKENS, POSITIONS]
     for layer, (heads, dim) in enumerate(shapes):
         for name in row_cache_names(layer)[0]:
-            shape = [rows, context_length, heads, dim]
+            shape = [rows, heads, context_length, dim]
             specs.append(tf.TensorSpec(shape, tf.float32, name))
             names.append(name)
 

@@ -13,9 +13,12 @@ before the softmax (a score bias, ALiBi's, is added by distance):
     s_j = q_p · k_j / sqrt(d)   (j < p),    s_p = q_p · k_new / sqrt(d)
     a = softmax([s_0 … s_{p-1}, s_p]),      h = Σ_{j<p} a_j v_j + a_p v_new
 
-Grouped heads read their shared key head in place (query head `h` reads
-key head `h // (H / H_kv)`, Keras's `GroupedQueryAttention` order), so
-no repeated copy of the cache is made either.
+The cache is `(rows, H_kv, S, key_dim)` for keys and for values, the
+layout of LiteRT-LM's caches with a row a stream: each row and key head
+is one matrix, which the products read as it lies (the keys transposed
+by the product itself), and grouped heads read their shared key head in
+place (query head `h` reads key head `h // (H / H_kv)`, Keras's
+`GroupedQueryAttention` order), so no copy of the cache is made.
 """
 
 import math
@@ -41,9 +44,9 @@ def check_rows(layer, query, key_cache, value_cache, positions):
     heads, dim = layer.num_key_value_heads, layer.key_dim
     for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
         shape = tuple(cache.shape)
-        if len(shape) != 4 or shape[2:] != (heads, dim):
+        if len(shape) != 4 or shape[1] != heads or shape[3] != dim:
             raise ValueError(
-                f"Expected {name} of shape (rows, length, {heads}, {dim}). "
+                f"Expected {name} of shape (rows, {heads}, length, {dim}). "
                 f"Received: {name}.shape={shape}"
             )
     if len(positions.shape) != 1:
@@ -69,25 +72,27 @@ def decode_rows(layer, query, key_cache, value_cache, positions):
     k_new, v_new = layer._project_keys(query, query, positions)
     rows, kv_heads = ops.shape(q)[0], layer.num_key_value_heads
     group = layer.num_heads // kv_heads
-    q = ops.reshape(q, (rows, 1, kv_heads, group, layer.key_dim))
+    q = ops.reshape(q, (rows, kv_heads, group, layer.key_dim))
     q = ops.multiply(q, ops.cast(1.0 / math.sqrt(layer.key_dim), q.dtype))
-    old = ops.einsum("rqhgk,rshk->rhgqs", q, key_cache)  # (R, Hkv, G, 1, S)
-    new = ops.einsum("rqhgk,rthk->rhgqt", q, k_new)  # (R, Hkv, G, 1, 1)
-    length = ops.shape(key_cache)[1]
+    k_own = ops.reshape(k_new, (rows, kv_heads, 1, layer.key_dim))
+    v_own = ops.reshape(v_new, (rows, kv_heads, 1, layer.value_dim))
+    old = ops.einsum("rhgk,rhsk->rhgs", q, key_cache)  # (R, Hkv, G, S)
+    new = ops.sum(q * k_own, axis=-1, keepdims=True)  # (R, Hkv, G, 1)
+    length = ops.shape(key_cache)[2]
     slots = ops.arange(length, dtype="int32")[None]
     written = slots < positions[:, None]
     window = getattr(layer, "_window", None)
     if window is not None:  # Keras's sliding_window: p - w < j <= p
         written = ops.logical_and(written, slots > positions[:, None] - window)
     valid = ops.concatenate([written, ops.ones_like(written[:, :1])], axis=1)
-    scores = ops.concatenate([old, new], axis=-1)  # (R, Hkv, G, 1, S + 1)
+    scores = ops.concatenate([old, new], axis=-1)  # (R, Hkv, G, S + 1)
     bias = _bias(layer, positions, length, kv_heads, group)
     if bias is not None:
         scores = scores + ops.cast(bias, scores.dtype)
-    weights = masking.masked_softmax(scores, valid[:, None, None, None, :])
+    weights = masking.masked_softmax(scores, valid[:, None, None, :])
     context = ops.einsum(
-        "rhgqs,rshk->rqhgk", weights[..., :length], value_cache
-    ) + ops.einsum("rhgqt,rthk->rqhgk", weights[..., length:], v_new)
+        "rhgs,rhsk->rhgk", weights[..., :length], value_cache
+    ) + ops.multiply(weights[..., length:], v_own)
     context = ops.reshape(context, (rows, 1, layer.num_heads, layer.value_dim))
     context = _sublayers.apply_g(
         layer.feed_forward, layer._ff_1, layer._ff_2, context
@@ -98,7 +103,7 @@ def decode_rows(layer, query, key_cache, value_cache, positions):
 
 
 def _bias(layer, positions, length, kv_heads, group):
-    """The layer's score bias (ALiBi's) `(R, H_kv, G, 1, S + 1)` for rows
+    """The layer's score bias (ALiBi's) `(R, H_kv, G, S + 1)` for rows
     at `positions` over the cache's slots `0..S-1` and their own new key,
     or `None`; a bias is a function of the distance (a relative one), so
     the new key's is the bias at distance 0."""
@@ -112,4 +117,4 @@ def _bias(layer, positions, length, kv_heads, group):
         ops.cast(own, "float32"), (ops.shape(old)[0], layer.num_heads, 1, 1)
     )
     both = ops.concatenate([old, own], axis=-1)  # (R, H, 1, S + 1)
-    return ops.reshape(both, (-1, kv_heads, group, 1, length + 1))
+    return ops.reshape(both, (-1, kv_heads, group, length + 1))

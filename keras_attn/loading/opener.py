@@ -161,6 +161,7 @@ class TextGeneratorArtifact(ServedFolder):
 
         self.path = folder
         self.generator = TextGenerator.load(folder)
+        self.tokenizer = self.generator.tokenizer
         self.context_length = self.generator.context_length
         super().__init__()
 

@@ -292,7 +292,7 @@ class CausalLM(keras.Model):
         Args:
             token_ids: `(R,)` int32, a row's token.
             caches: a `(keys, values)` pair a layer, each
-                `(R, S, H_kv, key_dim)`: row `r`'s positions
+                `(R, H_kv, S, key_dim)`: row `r`'s positions
                 `0..positions[r]-1`.
             positions: `(R,)` int32: each token's position.
 

@@ -19,10 +19,12 @@ with a text `completion` output (a decoder-only model's folder,
 LiteRT-LM runs its bundle. A model that can stream (its artifact's
 `stream`) streams its pieces as its tokens are decided, and stops
 decoding when the client hangs up; the others stream their whole answer
-word by word. A token is a word here (the text split at white space):
-`max_tokens` cuts the answer after that many words (`finish_reason`
-`"length"`), `stop` at the first stop string (`"stop"`), and `usage`
-counts words.
+word by word. `usage` counts tokens by the model's tokenizer where the
+served artifact has one (a decoder-only model's folder: the prompt's
+tokens as fed, template and start token included, and the answer's),
+else words (the text split at white space); `max_tokens` cuts the answer
+after that many words (`finish_reason` `"length"`), `stop` at the first
+stop string (`"stop"`).
 """
 
 import time
@@ -321,12 +323,35 @@ def finished(text, max_tokens=None, stop=()):
     return text, "stop"
 
 
-def usage(prompt, text):
-    """OpenAI's `usage`, counting words (`text`: the answer, or a list of
-    the `n` answers)."""
+def _words(text):
+    return len(text.split())
+
+
+# What `usage` counts without a tokenizer: words, in the prompt and in
+# the answers.
+WORDS = (_words, _words)
+
+
+def token_counts(generator):
+    """`(prompt, answer)`: functions counting a prompt's tokens (those
+    fed, template and start token included: `prompt_length`) and an
+    answer's (`count_tokens`) by the model's tokenizer, where the served
+    artifact has them (a decoder-only model's folder); else `WORDS`."""
+    prompt = getattr(generator, "prompt_length", None)
+    answer = getattr(generator, "count_tokens", None)
+    if callable(prompt) and callable(answer):
+        return prompt, answer
+    return WORDS
+
+
+def usage(prompt, text, counts=WORDS):
+    """OpenAI's `usage` (`text`: the answer, or a list of the `n`
+    answers), counted by `counts` (`token_counts`: the model's tokens,
+    else words)."""
     texts = [text] if isinstance(text, str) else text
-    asked = len(prompt.split())
-    answered = sum(len(t.split()) for t in texts)
+    count_prompt, count_answer = counts
+    asked = count_prompt(prompt)
+    answered = sum(count_answer(t) for t in texts)
     return {
         "prompt_tokens": asked,
         "completion_tokens": answered,
@@ -371,7 +396,9 @@ def response_choices(settings, answers, chat=False):
     return {
         **head(settings, chat),
         "choices": choices,
-        "usage": usage(settings["prompt"], texts),
+        "usage": usage(
+            settings["prompt"], texts, settings.get("counts", WORDS)
+        ),
     }
 
 

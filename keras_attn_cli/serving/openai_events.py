@@ -9,6 +9,7 @@ settings `keras_attn_cli.serving.openai_api.parse_request` reads;
 import json
 
 from keras_attn_cli.serving.openai_api import (
+    WORDS,
     OpenAIError,
     error_body,
     finished,
@@ -41,7 +42,12 @@ def _event_maker(head, chat):
 
 def _usage_event(head, settings, text):
     """The usage chunk of `stream_options.include_usage`."""
-    body = {**head, "choices": [], "usage": usage(settings["prompt"], text)}
+    counts = settings.get("counts", WORDS)
+    body = {
+        **head,
+        "choices": [],
+        "usage": usage(settings["prompt"], text, counts),
+    }
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 

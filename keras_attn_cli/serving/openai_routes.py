@@ -63,6 +63,7 @@ def add_openai_routes(app, models):
             body = await _read_json(request)
             settings = rules.parse_request(body, find, chat)
             model = settings["served"]
+            settings["counts"] = rules.token_counts(model.generator)
             check_text(
                 settings["prompt"].encode("utf-8"), "the prompt", model.limits
             )

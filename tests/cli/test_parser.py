@@ -46,3 +46,20 @@ def test_serve_defaults_and_log_levels_are_the_servers():
     for key, value in {**LIMITS, **served.BATCHING}.items():
         assert defaults["--" + key.replace("_", "-")] == value, key
     assert choices("serve", "--log-level") == (serve.LOG_LEVELS, "info")
+
+
+def test_max_streams_takes_a_number_or_auto(capsys):
+    build = parser.build_parser()
+    assert (
+        build.parse_args(["serve", "--max-streams", "auto"]).max_streams is None
+    )
+    assert build.parse_args(["serve"]).max_streams is None
+    assert build.parse_args(["serve", "--max-streams", "12"]).max_streams == 12
+    for wrong in ("0", "-3", "many"):
+        with pytest.raises(SystemExit):
+            build.parse_args(["serve", "--max-streams", wrong])
+        err = capsys.readouterr().err
+        assert (
+            f"--max-streams: expected a positive number or auto, got {wrong!r}"
+            in err
+        )

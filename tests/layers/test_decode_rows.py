@@ -32,16 +32,16 @@ def _layer(config):
 
 
 def _cache_of(layer):
-    """The keys and values of every step of `X`, `(R, SLOTS, H_kv, K)`
+    """The keys and values of every step of `X`, `(R, H_kv, SLOTS, K)`
     each, with the slots from each row's position on filled with values
     a wrong read would show."""
     cache = layer.empty_cache(ROWS, SLOTS)
     _, cache = layer(X, cache=cache, cache_update_index=0, use_causal_mask=True)
-    cache = np.array(to_numpy(cache))
-    keys, values = cache[:, 0].copy(), cache[:, 1].copy()
+    cache = np.array(to_numpy(cache)).transpose(0, 1, 3, 2, 4)
+    keys, values = cache[:, 0].copy(), cache[:, 1].copy()  # (R, H, S, K)
     for row, position in enumerate(POSITIONS):
-        keys[row, position:] = 1e3
-        values[row, position:] = -1e3
+        keys[row, :, position:] = 1e3
+        values[row, :, position:] = -1e3
     return keys, values
 
 
@@ -93,10 +93,10 @@ def test_the_model_decodes_rows_as_its_full_pass():
     _, cache = lm.call_with_cache(ids, lm.empty_cache(ROWS, SLOTS), 0)
     caches = []
     for layer_cache in cache:
-        layer_cache = np.array(to_numpy(layer_cache))
+        layer_cache = np.array(to_numpy(layer_cache)).transpose(0, 1, 3, 2, 4)
         keys, values = layer_cache[:, 0].copy(), layer_cache[:, 1].copy()
         for row, position in enumerate(POSITIONS):
-            keys[row, position:], values[row, position:] = 7.0, -7.0
+            keys[row, :, position:], values[row, :, position:] = 7.0, -7.0
         caches.append((keys, values))
     tokens = ids[np.arange(ROWS), POSITIONS]
     logits, entries = lm.decode_rows(tokens, caches, POSITIONS)
@@ -109,9 +109,9 @@ def test_the_model_decodes_rows_as_its_full_pass():
 @pytest.mark.parametrize(
     "query, keys, positions, message",
     [
-        ((3, 2, 16), (3, 12, 4, 4), (3,), "one step a row"),
-        ((3, 1, 16), (3, 12, 2, 4), (3,), r"key_cache of shape \(rows,"),
-        ((3, 1, 16), (3, 12, 4, 4), (3, 1), "a position a row"),
+        ((3, 2, 16), (3, 4, 12, 4), (3,), "one step a row"),
+        ((3, 1, 16), (3, 2, 12, 4), (3,), r"key_cache of shape \(rows, 4,"),
+        ((3, 1, 16), (3, 4, 12, 4), (3, 1), "a position a row"),
     ],
 )  # fmt: skip
 def test_wrong_shapes_are_refused_by_name(query, keys, positions, message):
@@ -135,7 +135,7 @@ def test_a_cache_policy_is_refused_by_name():
     with pytest.raises(ValueError, match="cache_policy="):
         layer.decode_rows(
             X[:, :1],
-            np.zeros((ROWS, 8, 2, 4), "float32"),
-            np.zeros((ROWS, 8, 2, 4), "float32"),
+            np.zeros((ROWS, 2, 8, 4), "float32"),
+            np.zeros((ROWS, 2, 8, 4), "float32"),
             POSITIONS,
         )

@@ -77,7 +77,7 @@ def test_the_signature_is_the_models_decode_rows(bundle):
     positions = np.array([0, 3, 20, CONTEXT - 1], "int32")
     caches, feed = [], {"tokens": tokens, "input_pos": positions}
     for layer in range(2):
-        pair = rng.normal(size=(2, 4, CONTEXT, 2, 8)).astype("float32")
+        pair = rng.normal(size=(2, 4, 2, CONTEXT, 8)).astype("float32")
         caches.append((pair[0], pair[1]))
         feed[f"cache_k_{layer}"], feed[f"cache_v_{layer}"] = pair
     out = litert.runner("decode_rows_4")(**feed)

@@ -403,6 +403,30 @@ def test_stop_and_max_tokens_cut_the_answer_and_say_why():
     }
 
 
+def test_usage_counts_the_models_tokens_where_it_has_a_tokenizer():
+    class Folder:  # a decoder-only folder's artifact
+        def prompt_length(self, text):
+            return len(text) + 2  # as if a token a character, and two more
+
+        def count_tokens(self, text):
+            return len(text)
+
+    counts = oa.token_counts(Folder())
+    assert oa.usage("I am.", ["Je", "Nous"], counts) == {
+        "prompt_tokens": 7,
+        "completion_tokens": 6,
+        "total_tokens": 13,
+    }
+    assert oa.token_counts(object()) is oa.WORDS  # a translator: words
+    settings = {"model": "m", "prompt": "I am.", "n": 1, "counts": counts}
+    whole = oa.response(settings, "Je suis", "stop")
+    assert whole["usage"]["completion_tokens"] == 7
+    streamed = events(
+        oe.chunks({**settings, "include_usage": True}, "Je suis", "stop")
+    )
+    assert streamed[-1]["usage"] == whole["usage"]
+
+
 def events(stream):
     return [
         json.loads(line[len("data: ") :])
@@ -579,7 +603,13 @@ def generated(sentences):
 def test_the_decoder_only_translator_streams_its_tokens_as_decided(lm_client):
     import time
 
+    from keras_attn_runtime.generator import BundleGenerator
+    from tests.serving.live import SHIPPED
+
     want = generated(SENTENCES)
+    folder = BundleGenerator(
+        os.path.join(SHIPPED, "translation_en_fr_lm"), loops=1
+    )
     assert [m.id for m in lm_client.models.list().data] == [
         "translation_en_fr_lm"
     ]
@@ -588,6 +618,10 @@ def test_the_decoder_only_translator_streams_its_tokens_as_decided(lm_client):
             model="translation_en_fr_lm", prompt=sentence
         )
         assert whole.choices[0].text == french
+        # Usage in the model's tokens: the prompt as fed, the answer's.
+        assert whole.usage.prompt_tokens == folder.prompt_length(sentence)
+        assert whole.usage.completion_tokens == folder.count_tokens(french)
+        assert folder.count_tokens(french) > len(french.split())
         pieces = []
         for chunk in lm_client.chat.completions.create(
             model="translation_en_fr_lm",
