@@ -18,6 +18,9 @@ a call has `R = 1`. Measured in-process (`BundleGenerator`, no HTTP),
 closed loop: `S` threads each decoding seeded prompts of 4 to 12 words
 to a stop token or the end of the context.
 
+Also: the median time of a call of each decode signature (LiteRT-LM's
+`decode`, `decode_rows_<R>`), one copy.
+
 Models: the shipped decoder-only translator (its bundle, a stream a
 call: it has no `decode_rows_<R>` signatures), a model of its shape with
 seeded random weights exported with them, and the model seven times
@@ -93,6 +96,33 @@ def weight_bytes(folder):
 
     data, _ = bundle_model(os.path.join(folder, "model.litertlm"))
     return len(data)
+
+
+def call_costs(folder):
+    """`{signature: ms}`: the median of 20 calls of each of the bundle's
+    decode signatures on one copy (caches of zeros, rows at position
+    60)."""
+    from keras_attn_runtime.engine import LiteRTModel
+    from keras_attn_runtime.generator import bundle_model
+
+    data, model = bundle_model(os.path.join(folder, "model.litertlm"))
+    litert = LiteRTModel(data, model, folder, interpreter=True)
+    costs = {}
+    for name in sorted(litert.signatures):
+        if not name.startswith("decode"):
+            continue
+        inputs = litert.signatures[name]["inputs"]
+        feed = {k: np.zeros(v["shape"], v["dtype"]) for k, v in inputs.items()}
+        feed["tokens"][...] = 5
+        if name != "decode":
+            feed["input_pos"][...] = 60
+        runner = litert.runner(name)
+        runner(**feed)
+        took = sorted(
+            _timed(lambda r=runner, f=feed: r(**f)) for _ in range(20)
+        )
+        costs[name] = round(took[10] * 1e3, 2)
+    return costs
 
 
 def tokens_per_second(folder, streams, loops, rows, seconds):
@@ -177,7 +207,7 @@ def main(argv=None):
     print(f"read {memory / 1e9:.1f} GB/s, int8 {rate / 1e9:.1f} GMAC/s")
     with open(os.path.join(SHIPPED, "metrics.json"), encoding="utf-8") as f:
         shipped = json.load(f)["parameters"]
-    rows = []
+    rows, costs = [], {}
     with tempfile.TemporaryDirectory() as home:
         models = [("shipped decoder (a stream a call)", SHIPPED, shipped, 1)]
         for label, shape in (("shipped shape", SMALL), ("21.4M", LARGE)):
@@ -191,6 +221,9 @@ def main(argv=None):
             )
         for label, folder, parameters, mode in models:
             size = weight_bytes(folder)
+            if mode is None:
+                costs[label.split(",")[0]] = call_costs(folder)
+                print(json.dumps(costs), flush=True)
             for loops in (1, 2):
                 for streams in STREAMS:
                     got, per_call = tokens_per_second(
@@ -218,6 +251,7 @@ def main(argv=None):
         os.path.join(results.RESULTS, "decode_floors.json"),
         results.meta("decode_floors", sys.argv[1:] if argv is None else argv),
         rows,
+        call_ms=costs,
         read_gb_per_s=round(memory / 1e9, 2),
         int8_gmac_per_s=round(rate / 1e9, 2),
     )

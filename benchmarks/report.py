@@ -77,6 +77,8 @@ HEADERS = {
     "memory_ceiling": "memory ceiling tokens/s",
     "arithmetic_ceiling": "int8 ceiling tokens/s",
     "of_ceiling": "of the lower ceiling",
+    "output_tokens_per_s": "output tokens/s",
+    "goodput_per_s": "goodput (requests/s)",
 }
 
 
@@ -194,6 +196,9 @@ def extras(data):
             f"{data['int8_gmac_per_s']:g} G int8-weight multiply-adds a "
             "second in LiteRT.",
         ]
+        for model, costs in (data.get("call_ms") or {}).items():
+            shown = ", ".join(f"`{k}` {v:g} ms" for k, v in costs.items())
+            lines += ["", f"A call, {model}: {shown}."]
     if "bundle_bytes" in data:  # benchmarks.serving_rows
         sizes = ", ".join(
             f"{kind} {size / 1e6:.2f} MB"

@@ -233,12 +233,11 @@ class LiteRTClassifierHandler(LiteRTHandler):
         model_path: the `.tflite` file.
         attention: give each text's attention beside its probability.
             Defaults to `False`.
-        num_threads: LiteRT's CPU threads a worker. Defaults to `1` (one
-            worker a core).
-        cpu_kernels: `"auto"`, `"builtin"` or `"xnnpack"` (see
-            `keras_attn_runtime.engine.LiteRTModel`). Defaults to
-            `"auto"`.
-        **kwargs: `TextModelHandler`'s.
+        **kwargs: `LiteRTHandler`'s: `num_threads`, LiteRT's CPU
+            threads a worker (default `1`: one worker a core), and
+            `cpu_kernels`, `"auto"`, `"builtin"` or `"xnnpack"` (see
+            `keras_attn_runtime.engine.LiteRTModel`; default `"auto"`);
+            and `TextModelHandler`'s.
     """
 
     def __init__(self, model_path, *, attention=False, **kwargs):

@@ -333,6 +333,11 @@ class BundleGenerator(ServedFolder):
             return ()
         if rows is None:
             rows = counts[-1]
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise ValueError(
+                "Expected rows to be a positive integer, None or False. "
+                f"Received: rows={rows!r}"
+            )
         return tuple(
             RowLoop(
                 copy.runners,

@@ -128,9 +128,11 @@ class RowLoop:
             )
         if max_rows is None:
             max_rows = counts[-1]
-        if isinstance(max_rows, bool) or not isinstance(max_rows, int):
-            max_rows = 0
-        if max_rows < 1:
+        if (
+            isinstance(max_rows, bool)
+            or not isinstance(max_rows, int)
+            or max_rows < 1
+        ):
             raise ValueError(
                 "Expected max_rows to be a positive integer. Received: "
                 f"max_rows={max_rows!r}"

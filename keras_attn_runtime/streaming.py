@@ -177,10 +177,13 @@ class StreamingDecoder:
 
         Args:
             inputs: the `start` signature's inputs (e.g. `{"source": ids}`).
-            start_id, end_id, max_length: as in `stream`.
-            beam_width, length_penalty, coverage_penalty, source_mask,
-                banned_ids: as in `keras_attn_runtime.search.BeamSearch`.
-                The file's batch must hold `B · beam_width` rows.
+            start_id: as in `stream`.
+            end_id: as in `stream`.
+            max_length: as in `stream`.
+            **beam: `beam_width`, `length_penalty`, `coverage_penalty`,
+                `source_mask` and `banned_ids`, as in
+                `keras_attn_runtime.search.BeamSearch`. The file's batch
+                must hold `B · beam_width` rows.
         """
         steps = self.beam_steps(inputs, start_id, end_id, max_length, **beam)
         *_, search = steps  # run to the end

@@ -305,7 +305,7 @@ def export_tflite(
     """`convert_tflite` and write the result atomically to `path`.
 
     Args:
-        model, **kwargs: as `convert_tflite`.
+        model: as in `convert_tflite`.
         path: the `.tflite` file to write.
         overwrite: replace `path` even when it is not a LiteRT file.
             Defaults to `False`.

@@ -381,8 +381,9 @@ def export_litertlm(
         context_length: the cache's positions: prompt and answer.
         prefill_lengths: the prefill signatures' lengths; the engine
             splits a prompt over them. Defaults to `(8, 32)`.
-        prompt_prefix, prompt_suffix: text the engine puts around a
-            user's prompt (e.g. `" [sep]"` after a sentence to translate).
+        prompt_prefix: text the engine puts before a user's prompt.
+        prompt_suffix: text the engine puts after a user's prompt (e.g.
+            `" [sep]"` after a sentence to translate).
         sampler: `"greedy"` (the only search the bundle's metadata sets;
             the engine's `SamplerConfig` may still choose top-k/top-p).
         quantize: `"none"`, `"float16"` or `"dynamic"` (int8 weights).

@@ -286,7 +286,9 @@ def export_streaming_tflite(
             runs the first whose inputs are long enough, the caller's
             zero-padded to its sizes. Every start gives the same state
             shapes.
-        overwrite, protect, quantize: as in `export_signatures_tflite`.
+        overwrite: as in `export_signatures_tflite`.
+        protect: as in `export_signatures_tflite`.
+        quantize: as in `export_signatures_tflite`.
         settings: a JSON-able dict stored in the file's config (e.g. the
             start and end token ids). Defaults to `None`.
         metadata: more `{name: bytes}` metadata entries (e.g.

@@ -263,8 +263,10 @@ def export_text_model(
         text_model: `Input(string) → TextVectorization → token model`.
         saved_model: the SavedModel folder. Defaults to `None`.
         tflite: the `.tflite` file. Defaults to `None`.
-        quantize, calibration_texts, batch_size, dynamic_length: the LiteRT
-            settings (see `convert_tflite`).
+        quantize: as in `convert_tflite`.
+        calibration_texts: as in `convert_tflite`.
+        batch_size: as in `convert_tflite`.
+        dynamic_length: as in `convert_tflite`.
         overwrite: replace destinations that are not earlier artifacts of
             their kind. Defaults to `False`.
         protect: paths never to replace. Defaults to `()`.

@@ -380,10 +380,10 @@ class MultiHeadPositional(layers.MultiHeadAttention):
 
         Args:
             query: `(R, 1, D)`, one step a row, self-attention.
-            key_cache, value_cache: `(R, H_kv, S, key_dim)` (LiteRT-LM's
-                cache layout, a row a stream): row `r`'s keys and values
-                at positions `0..positions[r]-1` (what later slots hold
-                is ignored).
+            key_cache: `(R, H_kv, S, key_dim)` (LiteRT-LM's cache
+                layout, a row a stream): row `r`'s keys at positions
+                `0..positions[r]-1` (what later slots hold is ignored).
+            value_cache: the values, as `key_cache`.
             positions: `(R,)` int: each row's step position.
 
         Returns:

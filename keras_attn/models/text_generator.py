@@ -104,8 +104,9 @@ class TextGenerator:
         start_token: the token before every prompt.
         stop_tokens: tokens that end a continuation.
         context_length: prompt and continuation, in tokens.
-        prompt_prefix, prompt_suffix: text around each prompt (e.g.
-            `" [sep]"` after a sentence to translate).
+        prompt_prefix: text before each prompt.
+        prompt_suffix: text after each prompt (e.g. `" [sep]"` after a
+            sentence to translate).
     """
 
     def __init__(

@@ -353,7 +353,8 @@ class AttentionDecoder(layers.Layer):
             states: the list from `get_initial_state`, `call` or `step`,
                 or only the cell's states (the fed-back output then starts
                 at zeros).
-            memory, memory_mask: as in `call`.
+            memory: as in `call`.
+            memory_mask: as in `call`.
             keys: optional, `memory_keys(memory, memory_mask)` computed
                 once for every step of a sequence (kept in a search's
                 state beside the memory).

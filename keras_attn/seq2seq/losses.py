@@ -31,14 +31,22 @@ class SequenceLoss(keras.losses.Loss):
         label_smoothing: `ε` in `[0, 1]`. Defaults to `0.0`.
         ignore_class: the target id that adds no loss (padding), or
             `None`. Defaults to `0`.
-        average_across_timesteps, average_across_batch, sum_over_timesteps,
-            sum_over_batch: tfa's `SequenceLoss` reductions, which replace
-            `reduction` when one is set: "average" divides a sum by the
-            sum of the weights, "sum" by their number of non-zeros, along
-            the named axis (both axes: a scalar; one: `(B,)` or `(T,)`).
-            The weights are `sample_weight` `(B, T)` when given, else the
-            non-padding positions. All default to `False`.
-        reduction, name, dtype: as for any `keras.losses.Loss`.
+        average_across_timesteps: one of tfa's `SequenceLoss`
+            reductions, which replace `reduction` when one is set:
+            "average" divides a sum by the sum of the weights, "sum" by
+            their number of non-zeros, along the named axis (both axes: a
+            scalar; one: `(B,)` or `(T,)`). The weights are
+            `sample_weight` `(B, T)` when given, else the non-padding
+            positions. Defaults to `False`.
+        average_across_batch: as `average_across_timesteps`, over the
+            batch. Defaults to `False`.
+        sum_over_timesteps: as `average_across_timesteps`, a sum over
+            time. Defaults to `False`.
+        sum_over_batch: as `average_across_timesteps`, a sum over the
+            batch. Defaults to `False`.
+        reduction: as for any `keras.losses.Loss`.
+        name: as for any `keras.losses.Loss`.
+        dtype: as for any `keras.losses.Loss`.
 
     Example:
 

@@ -87,8 +87,12 @@ def sample_search(
     same outputs on every call, also under `jax.jit`.
 
     Args:
-        step_fn, state, start_id, end_id, max_length, banned_ids: as in
-            `greedy_search`.
+        step_fn: as in `greedy_search`.
+        state: as in `greedy_search`.
+        start_id: as in `greedy_search`.
+        end_id: as in `greedy_search`.
+        max_length: as in `greedy_search`.
+        banned_ids: as in `greedy_search`.
         temperature: divides the logits; must be positive. Defaults to
             `1.0`.
         top_k: sample among the `top_k` most likely tokens only. Defaults
@@ -138,11 +142,20 @@ def beam_search(
     conventions and the outputs).
 
     Args:
-        step_fn, state, start_id, end_id, max_length, banned_ids,
-            alignment_length: as in `greedy_search`.
-        beam_width, length_penalty, coverage_penalty, count_end_token,
-            coverage_on_finished_only, return_all_beams,
-            output_all_scores: as in `BeamSampler`.
+        step_fn: as in `greedy_search`.
+        state: as in `greedy_search`.
+        start_id: as in `greedy_search`.
+        end_id: as in `greedy_search`.
+        max_length: as in `greedy_search`.
+        banned_ids: as in `greedy_search`.
+        alignment_length: as in `greedy_search`.
+        beam_width: as in `BeamSampler`.
+        length_penalty: as in `BeamSampler`.
+        coverage_penalty: as in `BeamSampler`.
+        count_end_token: as in `BeamSampler`.
+        coverage_on_finished_only: as in `BeamSampler`.
+        return_all_beams: as in `BeamSampler`.
+        output_all_scores: as in `BeamSampler`.
         source_mask: optional boolean `(B, S)`: the source positions the
             coverage penalty counts (padding excluded). Defaults to
             `None` (all).
@@ -193,8 +206,12 @@ def contrastive_search(
     running over the start token and every token kept so far.
 
     Args:
-        step_fn, state, start_id, end_id, max_length, banned_ids: as in
-            `greedy_search`.
+        step_fn: as in `greedy_search`.
+        state: as in `greedy_search`.
+        start_id: as in `greedy_search`.
+        end_id: as in `greedy_search`.
+        max_length: as in `greedy_search`.
+        banned_ids: as in `greedy_search`.
         hidden_fn: `hidden_fn(state) -> (B, D)`, the representation of
             the token `step_fn` has just read, from the state it returned.
         top_k: candidates per step. Defaults to `5`.

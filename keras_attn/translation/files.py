@@ -453,7 +453,9 @@ def export_streaming_translator(
             encodes that many). Or a list of row counts, one decode
             signature each (the first sets the `prefill`'s sentences).
             Defaults to `4`.
-        overwrite, protect, quantize: as in `export_streaming_tflite`.
+        overwrite: as in `export_streaming_tflite`.
+        protect: as in `export_streaming_tflite`.
+        quantize: as in `export_streaming_tflite`.
         prefill_lengths: shorter source lengths, a `prefill` signature
             each (`prefill_0`, ... shortest first, the last reading
             `source_length`): the runtime encodes a sentence with the

@@ -47,7 +47,8 @@ class Translator(tf.Module):
         source_vectorizer: a `TextVectorization` layer for the source text,
             with a fixed `output_sequence_length`.
         target_vocabulary: the target tokens, index = id.
-        encode, step_fn: the model, as in the module docstring (kept).
+        encode: the encoder, as in the module docstring (kept).
+        step_fn: the decoder's step, as in the module docstring (kept).
         max_length: the most output tokens.
         trackable: the Keras model (or layer) holding the variables
             `encode` and `step_fn` use, so they are saved (its optimizer's
@@ -65,8 +66,9 @@ class Translator(tf.Module):
             `"top_k"`, a config dict...). Defaults to `None`: a
             `BeamSampler` with `beam_width`, `length_penalty` and
             `coverage_penalty` (which must then keep their defaults).
-        start, end, unknown: the target's special tokens. Default to
-            `"[start]"`, `"[end]"` and `"[UNK]"`.
+        start: the target's start token. Defaults to `"[start]"`.
+        end: the target's end token. Defaults to `"[end]"`.
+        unknown: the target's unknown token. Defaults to `"[UNK]"`.
         detokenize: `(regex, rewrite)` pairs joining the output tokens.
             Defaults to the French rules of `DETOKENIZE`.
         segmenter: the name of a `keras_attn_runtime.SEGMENTERS` entry:

@@ -299,3 +299,12 @@ def test_bad_row_counts_are_refused_by_name(bundle, tmp_path, value, message):
             decode_rows=value if value != 0 else [0],
         )
     assert not (tmp_path / "model.litertlm").exists()
+
+
+@pytest.mark.parametrize("rows", [0, -2, True, 2.5, "4"])
+def test_a_bad_row_count_is_refused_by_name(bundle, rows):
+    from keras_attn_runtime.generator import BundleGenerator
+
+    folder, _ = bundle
+    with pytest.raises(ValueError, match=f"rows={rows!r}"):
+        BundleGenerator(folder, loops=1, rows=rows)

@@ -100,7 +100,8 @@ class TopKSampler(RandomSampler):
 
     Args:
         k: tokens kept per step. Defaults to `5`.
-        temperature, seed: as in `RandomSampler`.
+        temperature: as in `RandomSampler`.
+        seed: as in `RandomSampler`.
     """
 
     def __init__(self, k=5, temperature=1.0, seed=None):
@@ -125,7 +126,8 @@ class TopPSampler(RandomSampler):
     Args:
         p: a probability in `(0, 1]`. Defaults to `0.1`.
         k: cut to the `k` most likely tokens first. Defaults to `None`.
-        temperature, seed: as in `RandomSampler`.
+        temperature: as in `RandomSampler`.
+        seed: as in `RandomSampler`.
     """
 
     def __init__(self, p=0.1, k=None, temperature=1.0, seed=None):
