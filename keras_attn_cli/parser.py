@@ -183,18 +183,16 @@ POLL_FLAGS = {
 
 
 def stream_count(value):
-    """`--max-streams`: a positive number, or `auto` (`None`)."""
+    """`--max-streams`: a number (`serve` checks that it is positive), or
+    `auto` (`None`)."""
     if value == "auto":
         return None
     try:
-        count = int(value)
+        return int(value)
     except ValueError:
-        count = 0
-    if count < 1:
         raise argparse.ArgumentTypeError(
-            f"expected a positive number or auto, got {value!r}"
-        )
-    return count
+            f"expected a number or auto, got {value!r}"
+        ) from None
 
 
 # The types a serve flag names (`SERVE_FLAGS`).

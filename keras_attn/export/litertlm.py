@@ -416,6 +416,14 @@ def export_litertlm(
         (prompt_prefix, prompt_suffix),
         context_length,
     )
+    functions = _functions(model, context_length, lengths, rows)
+    _write_bundle(target, functions, quantize, tok, meta)
+    return path
+
+
+def _functions(model, context_length, lengths, rows):
+    """The bundle's signatures by name: the engine's `prefill_<T>` and
+    `decode`, and `decode_rows_<R>` for each of `rows`."""
     shapes = _cache_shapes(model, context_length)
     if rows and not callable(getattr(model, "decode_rows", None)):
         raise ValueError(
@@ -433,5 +441,4 @@ def export_litertlm(
         functions[f"{DECODE_ROWS_PREFIX}{n}"] = _rows_signature(
             model, shapes, context_length, n
         )
-    _write_bundle(target, functions, quantize, tok, meta)
-    return path
+    return functions

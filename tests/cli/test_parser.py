@@ -55,11 +55,9 @@ def test_max_streams_takes_a_number_or_auto(capsys):
     )
     assert build.parse_args(["serve"]).max_streams is None
     assert build.parse_args(["serve", "--max-streams", "12"]).max_streams == 12
-    for wrong in ("0", "-3", "many"):
-        with pytest.raises(SystemExit):
-            build.parse_args(["serve", "--max-streams", wrong])
-        err = capsys.readouterr().err
-        assert (
-            f"--max-streams: expected a positive number or auto, got {wrong!r}"
-            in err
-        )
+    # A number that is not positive is `serve`'s to refuse, naming it.
+    assert build.parse_args(["serve", "--max-streams", "0"]).max_streams == 0
+    with pytest.raises(SystemExit):
+        build.parse_args(["serve", "--max-streams", "many"])
+    err = capsys.readouterr().err
+    assert "--max-streams: expected a number or auto, got 'many'" in err
