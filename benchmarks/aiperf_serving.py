@@ -150,7 +150,10 @@ def main(argv=None):
         os.path.join(results.RESULTS, "aiperf_serving.json"),
         results.meta(
             "aiperf_serving",
-            sys.argv[1:] if argv is None else argv,
+            [  # the command's name, not where it lies
+                os.path.basename(a) if a == args.aiperf else a
+                for a in (sys.argv[1:] if argv is None else argv)
+            ],
             aiperf=aiperf or "unknown",
             litert_lm=_version("litert-lm"),
         ),
