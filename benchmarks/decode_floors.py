@@ -42,8 +42,9 @@ import time
 import numpy as np
 
 from benchmarks import results
+from benchmarks.serving_generation import sentences
 from benchmarks.serving_rows import SHAPE as LARGE
-from benchmarks.serving_rows import prompts
+from benchmarks.serving_rows import build, prompts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = os.path.join(ROOT, "saved_models", "translation_en_fr_lm")
@@ -132,7 +133,7 @@ def tokens_per_second(folder, streams, loops, rows, seconds):
 
     generator = BundleGenerator(folder, loops=loops, rows=rows)
     texts = (
-        prompts(64) if "w4" in generator.tokenizer.get_vocab() else _sentences()
+        prompts(64) if "w4" in generator.tokenizer.get_vocab() else sentences()
     )
     list(generator.token_ids(texts[0]))  # warm-up
     counts, stop = [0] * streams, threading.Event()
@@ -166,37 +167,6 @@ def tokens_per_second(folder, streams, loops, rows, seconds):
     return total / took, per_call
 
 
-def _sentences():
-    path = os.path.join(ROOT, "tests", "data", "everyday_sentences.txt")
-    with open(path, encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip()]
-
-
-def _build(folder, shape, decode_rows):
-    """A seeded random model of `shape` as a decoder-only folder."""
-    import keras
-
-    from keras_attn.models import CausalLM, TextGenerator
-    from keras_attn.translation.tokenizer_json import wordpiece_tokenizer
-
-    keras.utils.set_random_seed(0)
-    model = CausalLM(**shape)
-    model(np.ones((1, 4), "int32"))
-    words = ["[PAD]", "[UNK]", "[start]", "[end]"]
-    words += [f"w{i}" for i in range(len(words), shape["vocabulary_size"])]
-    tokenizer = wordpiece_tokenizer(words, special_tokens=words[2:4])
-    generator = TextGenerator(model, tokenizer, "[start]", ["[end]"], 128)
-    generator.save(folder)
-    os.remove(os.path.join(folder, "model.keras"))
-    generator.export_litertlm(
-        os.path.join(folder, "model.litertlm"),
-        prefill_lengths=(8, 32),
-        quantize="dynamic",
-        decode_rows=decode_rows,
-    )
-    return int(model.count_params())
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=6.0)
@@ -212,7 +182,7 @@ def main(argv=None):
         models = [("shipped decoder (a stream a call)", SHIPPED, shipped, 1)]
         for label, shape in (("shipped shape", SMALL), ("21.4M", LARGE)):
             folder = os.path.join(home, label.replace(" ", "_"))
-            parameters = _build(folder, shape, (1, 4, 16))
+            parameters = build(folder, (1, 4, 16), shape)
             models.append(
                 (f"{label}, streams in one call", folder, parameters, None)
             )

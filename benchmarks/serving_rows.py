@@ -59,9 +59,10 @@ CONTEXT = 128
 START, END = "[start]", "[end]"
 
 
-def build(folder, decode_rows):
-    """The model's folder (`generation.json`, `tokenizer.json`,
-    `model.litertlm`) at `folder`, with `decode_rows` signatures; returns
+def build(folder, decode_rows, shape=SHAPE):
+    """The folder (`generation.json`, `tokenizer.json`, `model.litertlm`)
+    of a `CausalLM` of `shape` (default: this benchmark's model), seeded
+    random weights, at `folder`, with `decode_rows` signatures; returns
     the parameter count."""
     import keras
 
@@ -69,10 +70,10 @@ def build(folder, decode_rows):
     from keras_attn.translation.tokenizer_json import wordpiece_tokenizer
 
     keras.utils.set_random_seed(0)
-    model = CausalLM(**SHAPE)
+    model = CausalLM(**shape)
     model(np.ones((1, 4), "int32"))
     words = ["[PAD]", "[UNK]", START, END]
-    words += [f"w{i}" for i in range(len(words), SHAPE["vocabulary_size"])]
+    words += [f"w{i}" for i in range(len(words), shape["vocabulary_size"])]
     tokenizer = wordpiece_tokenizer(words, special_tokens=[START, END])
     generator = TextGenerator(model, tokenizer, START, [END], CONTEXT)
     generator.save(folder)

@@ -30,7 +30,12 @@ import os
 import numpy as np
 
 from keras_attn_runtime.artifact import verify_model
-from keras_attn_runtime.rows import RowLoop, RowStream, row_counts
+from keras_attn_runtime.rows import (
+    RowLoop,
+    RowStream,
+    prefill_feed,
+    row_counts,
+)
 from keras_attn_runtime.sampling import read as read_sampling
 from keras_attn_runtime.search import TokenSearch, greedy, sample_with
 from keras_attn_runtime.signature import (
@@ -385,16 +390,12 @@ class BundleGenerator(ServedFolder):
         search = TokenSearch(1, stops, chooser(sampling), banned_ids=None)
         caches, done, prompt = self._empty(), 0, ids[:-1]
         for n in chunks(len(prompt), self.prefill_lengths, self.call_cost):
-            chunk = prompt[done : done + n]
-            tokens = np.zeros((1, n), "int32")
-            positions = np.zeros((n,), "int32")
-            tokens[0, : len(chunk)] = chunk
-            positions[: len(chunk)] = np.arange(done, done + len(chunk))
+            tokens, positions, taken = prefill_feed(prompt, done, n)
             out = stream.copy.runners[f"prefill_{n}"](
                 tokens=tokens, input_pos=positions, **caches
             )
             caches = {name: out[name] for name in caches}
-            done += len(chunk)
+            done += taken
             yield
         token, position = ids[-1], len(ids) - 1
         while position < self.context_length - 1:

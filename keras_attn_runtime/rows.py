@@ -66,6 +66,18 @@ def engine_cache_names(layer):
     return f"kv_cache_k_{layer}", f"kv_cache_v_{layer}"
 
 
+def prefill_feed(prompt, done, n):
+    """`(tokens [1, n], input_pos [n])` of the chunk of `prompt` from
+    token `done`, padded to `n` with token 0 at position 0 (as
+    LiteRT-LM's engine pads it), and the chunk's length."""
+    chunk = prompt[done : done + n]
+    tokens = np.zeros((1, n), "int32")
+    positions = np.zeros((n,), "int32")
+    tokens[0, : len(chunk)] = chunk
+    positions[: len(chunk)] = np.arange(done, done + len(chunk))
+    return tokens, positions, len(chunk)
+
+
 def plan(count, costs):
     """The row counts of the calls that cover `count` rows at the least
     total cost (`costs`: a call's cost by its row count), largest
@@ -244,18 +256,12 @@ class RowLoop:
                 for name, spec in self._engine.items()
             }
         n = stream.chunks.pop(0)
-        chunk = stream.ids[:-1][stream.done : stream.done + n]
-        tokens = np.zeros((1, n), "int32")
-        positions = np.zeros((n,), "int32")
-        tokens[0, : len(chunk)] = chunk
-        positions[: len(chunk)] = np.arange(
-            stream.done, stream.done + len(chunk)
-        )
+        tokens, positions, taken = prefill_feed(stream.ids[:-1], stream.done, n)
         out = self.runners[f"prefill_{n}"](
             tokens=tokens, input_pos=positions, **stream.caches
         )
         stream.caches = {name: out[name] for name in stream.caches}
-        stream.done += len(chunk)
+        stream.done += taken
 
     def _start_decoding(self, stream):
         """`stream`'s prefilled caches into the next row."""

@@ -44,6 +44,7 @@ from keras_attn.export.destination import check_destination, staged
 from keras_attn.export.litert import export_signatures_tflite, scratch_dir
 from keras_attn_runtime.rows import PREFIX as DECODE_ROWS_PREFIX
 from keras_attn_runtime.rows import cache_names as row_cache_names
+from keras_attn_runtime.rows import engine_cache_names as cache_names
 
 PREFILL, DECODE = "prefill", "decode"
 # The engine's cache layout from a layer's `(1, S, H_kv, key_dim)` keys
@@ -55,11 +56,6 @@ SAMPLERS = ("greedy",)
 # The row counts of the signatures that decode many streams in one call
 # (`decode_rows_<R>`, read by `keras_attn_runtime.rows`).
 DECODE_ROWS = (1, 4, 16)
-
-
-def cache_names(layer):
-    """The engine's names of layer `layer`'s key and value caches."""
-    return f"kv_cache_k_{layer}", f"kv_cache_v_{layer}"
 
 
 def _cache_shapes(model, context_length):
