@@ -3,7 +3,8 @@ against request-level merging, in one run on one server.
 
 `keras-attn serve translation_en_fr` answers TensorFlow Serving's REST
 `:predict` from the SavedModel, requests merged into batches (a request
-waits for the slowest sentence it was merged with), and OpenAI's
+waits for the slowest sentence it was merged with), and `keras-attn
+serve translation_en_fr --prefer litert` answers OpenAI's
 `/openai/v1/completions` with `"stream": true` from the folder's LiteRT
 file, whose streaming signatures decode every stream in one loop: a
 request takes free rows at the next step, its words go out as its beams
@@ -216,18 +217,22 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     batch = sentences(args.sentences)
-    proc, port = start(NAME, "--max-streams", "64")
+    # A name answers from one file at every door: the SavedModel, or the
+    # LiteRT file under --prefer litert; a server each.
+    saved, saved_port = start(NAME, "--max-streams", "64")
+    lite, port = start(NAME, "--max-streams", "64", "--prefer", "litert")
+    ports = {merged: saved_port, streamed: port}
     rows, checks = [], {}
     try:
         load(streamed, port, batch[:8], 4)  # warm up both paths
-        load(merged, port, batch[:8], 4)
+        load(merged, saved_port, batch[:8], 4)
         alone = {}
         for clients in (1, 4, 16):
             for path, run in (
                 ("merged :predict", merged),
                 ("streams", streamed),
             ):
-                seconds, out = load(run, port, batch, clients)
+                seconds, out = load(run, ports[run], batch, clients)
                 rows.append(row(path, clients, seconds, out))
                 print(rows[-1], flush=True)
                 if path == "streams":
@@ -243,12 +248,13 @@ def main(argv=None):
         )
         checks["sentences"] = len(batch)
         for path, run in (("merged :predict", merged), ("streams", streamed)):
-            short, beside = short_beside_long(port, run)
+            short, beside = short_beside_long(ports[run], run)
             checks[f"{path}: short alone ms"] = short * 1e3
             checks[f"{path}: short beside long ms"] = beside * 1e3
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        for proc in (saved, lite):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
     for kernels in ("builtin", "xnnpack"):  # what a faster step buys
         checks.update(step_ms(kernels))
         for loops in (1, 2):
@@ -259,7 +265,8 @@ def main(argv=None):
         sys.argv[1:] if argv is None else argv,
         sentences=args.sentences,
         server=f"keras-attn serve {NAME} --max-streams 64 (batching "
-        "defaults: max batch 32, wait 5 ms)",
+        "defaults: max batch 32, wait 5 ms); the streams: the same with "
+        "--prefer litert",
     )
     results.save(args.out, meta, rows, checks=checks)
 

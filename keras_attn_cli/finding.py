@@ -174,8 +174,9 @@ def resolve_model(value, flag, want, args=None):
 
 def served_artifact(value, models_root):
     """`(name, path)` of what `keras-attn serve` serves for `value`: a
-    shipped model's name or a folder (the file `artifact_in` picks, as
-    `predict` does), a SavedModel folder, a `.tflite`, `.keras` or
+    shipped model's name or a folder holding a model file (the server
+    opens the file `artifact_in` picks, as `predict` does, or the kind
+    `--prefer` names), a SavedModel folder, a `.tflite`, `.keras` or
     `.onnx` file."""
     path = named_path(value, models_root)
     if os.path.isfile(path) and path.endswith((".tflite", ".keras", ".onnx")):
@@ -186,7 +187,9 @@ def served_artifact(value, models_root):
         name = os.path.basename(folder)
         if name == "saved_model" and found == os.path.normpath(path):
             name = os.path.basename(os.path.dirname(folder))
-        return name, os.path.abspath(found)
+        # The folder, not its file: the server opens it (`--prefer`
+        # may name another of its files) and says which file answers.
+        return name, folder
     raise ValueError(
         "Expected a shipped model's name, a folder holding a SavedModel, "
         "a model.keras or one .tflite or .onnx, a SavedModel folder, or a "

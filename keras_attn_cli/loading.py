@@ -110,7 +110,8 @@ def _tensorflow_loader(kind):
 def open_model(path, accelerator="cpu", vocabulary_path=None, **settings):
     """`keras_attn_runtime.opener.open` with the TensorFlow kinds
     registered (lazily): how every command and `serve` open a model file.
-    `settings`: `allow_unsafe` and `flag`, as `open` takes them."""
+    `settings`: `allow_unsafe`, `flag` and `prefer`, as `open` takes
+    them."""
     from keras_attn_runtime import opener
 
     for kind in set(opener.TENSORFLOW_KINDS) - set(opener.registered()):

@@ -124,38 +124,62 @@ def is_saved_model(folder):
     return os.path.isfile(os.path.join(folder, "saved_model.pb"))
 
 
-def find(path):
+def find(path, prefer=None):
     """`(kind, path)` of the model file `path` names: a file by its
-    suffix, a SavedModel folder, or a folder's file in the order above.
+    suffix, a SavedModel folder, or a folder's file in the order above,
+    or of kind `prefer` (one of `KINDS`) where the folder holds one.
     `None` when there is none (or a folder holds several `.tflite`/
     `.onnx` files and nothing before them)."""
+    if prefer is not None and prefer not in KINDS:
+        raise ValueError(
+            f"Expected prefer to be one of {KINDS}. Received: prefer={prefer!r}"
+        )
     if os.path.isfile(path):
         kind = SUFFIXES.get(os.path.splitext(path)[1])
         return None if kind is None else (kind, os.path.normpath(path))
     if not os.path.isdir(path):
         return None
+    files = dict(_folder_files(path))
+    for kind in ([prefer] if prefer in files else []) + list(KINDS):
+        if kind in files:
+            return kind, os.path.normpath(files[kind])
+    return None
+
+
+def kinds_in(path):
+    """The kinds of model file the folder `path` holds, in `KINDS`'
+    order (`[]` for a file): where several are, the first answers at
+    every door unless `prefer` names another."""
+    return (
+        [kind for kind, _ in _folder_files(path)] if os.path.isdir(path) else []
+    )
+
+
+def _folder_files(path):
+    """`(kind, file)` of each model file a folder holds, in `KINDS`'
+    order (a `.tflite` or `.onnx` only when it is the folder's one)."""
     for candidate in (path, os.path.join(path, "saved_model")):
         if is_saved_model(candidate):
-            return "saved_model", os.path.normpath(candidate)
+            yield "saved_model", candidate
+            break
     if generator.is_bundle_generator(path):
-        return "litertlm", os.path.normpath(
-            os.path.join(path, generator.BUNDLE)
-        )
+        yield "litertlm", os.path.join(path, generator.BUNDLE)
     keras_file = os.path.join(path, "model.keras")
     if os.path.isfile(keras_file):
-        return "keras", os.path.normpath(keras_file)
+        yield "keras", keras_file
     files = sorted(
         f for f in os.listdir(path) if f.endswith((".tflite", ".onnx"))
     )
     if len(files) == 1:
-        found = os.path.normpath(os.path.join(path, files[0]))
-        return SUFFIXES[os.path.splitext(found)[1]], found
-    return None
+        yield (
+            SUFFIXES[os.path.splitext(files[0])[1]],
+            os.path.join(path, files[0]),
+        )
 
 
-def found(path, flag="path"):
-    """`find(path)`, or a `ValueError` naming `flag` and `path`."""
-    result = find(path)
+def found(path, flag="path", prefer=None):
+    """`find(path, prefer)`, or a `ValueError` naming `flag` and `path`."""
+    result = find(path, prefer)
     if result is None:
         raise ValueError(
             "Expected a SavedModel folder, a .keras, .tflite or .onnx file, "
@@ -238,10 +262,17 @@ class TranslatorArtifact:
         return self.translator.stream(text, stop=stop)
 
     def run(self, signature, inputs):
+        """`translation` of each text: from the file's streams, joined,
+        where it streams (so that every door, streamed or not, gives one
+        answer: the one-call signature and the streams rank their beams
+        apart and differ on about 1% of sentences), else its one call."""
         texts = _texts(inputs)
         for text in texts:
             self.check_prompt(text)
-        out = [self.translator.translate(t) for t in texts]
+        if self.concurrent_streams:
+            out = ["".join(self._stream(t)) for t in texts]
+        else:
+            out = [self.translator.translate(t) for t in texts]
         return {"translation": np.array(out, dtype=object)}
 
 
@@ -294,6 +325,7 @@ def open(  # noqa: A001
     allow_unsafe=False,
     flag="path",
     verify=None,
+    prefer=None,
 ):
     """The artifact at `path` (a file, or a folder read in the order
     above): a LiteRT file run on `accelerator` (`vocabulary_path` for one
@@ -302,10 +334,11 @@ def open(  # noqa: A001
     `allow_unsafe`) or a `.keras` file. A `ValueError` naming `flag` when
     there is none, or no loader for its kind. `verify`: a
     `keras_attn_runtime.signing.Verifier` the model must pass before
-    anything of it is read (a `SignatureRefused` otherwise)."""
+    anything of it is read (a `SignatureRefused` otherwise). `prefer`:
+    the kind a folder holding several is opened from (`find`)."""
     if verify is not None:
         verify(path)
-    kind, file = found(path, flag)
+    kind, file = found(path, flag, prefer)
     if kind == "litert":
         return open_litert(file, accelerator, vocabulary_path)
     if kind == "onnx":

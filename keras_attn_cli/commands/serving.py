@@ -40,6 +40,7 @@ def serve(args):
             and (config, args.model_config_file_poll_wait_seconds),
         },
         verify=verify,
+        prefer=args.prefer,
     )
 
 

@@ -15,7 +15,7 @@ import grpc
 from keras_attn_cli.serving import access, plane, tensor_protos
 from keras_attn_cli.serving import open_inference as oip
 from keras_attn_cli.serving import tf_serving_api as api
-from keras_attn_cli.serving.limits import LOGGER, RequestError, log_refusal
+from keras_attn_cli.serving.limits import LOGGER, log_refusal
 
 PREDICTION = "/tensorflow.serving.PredictionService/"
 MODEL_SERVICE = "/tensorflow.serving.ModelService/"
@@ -67,8 +67,8 @@ def _answer_spec(target, model, signature):
 
 async def predict(models, request, context):
     """`PredictionService.Predict`: the named signature on the request's
-    tensors, checked as KServe v2's inputs are."""
-    from kserve.errors import InvalidInput
+    tensors, checked as KServe v2's inputs are, run by the plane; its
+    errors answered with their codes (`plane.ERRORS`)."""
     from tensorflow_serving.apis import predict_pb2
 
     method = PREDICTION + "Predict"
@@ -83,16 +83,11 @@ async def predict(models, request, context):
             tensors.append((name, oip.datatype(array.dtype), array))
         inputs = oip.parse_infer(tensors, signatures[key], model.limits)
         wanted = api.output_filter(list(request.output_filter), signatures[key])
-    except RequestError as err:
-        code = grpc.StatusCode.INVALID_ARGUMENT
-        await refuse(context, code, str(err), method)
-    try:
-        out = api.filtered(await model.run(key, inputs), wanted)
-    except InvalidInput as err:  # a text past the model's window
-        code = grpc.StatusCode.INVALID_ARGUMENT
-        await refuse(context, code, str(err.reason), method)
-    except Exception as err:  # the model's own failure, named
-        await refuse(context, grpc.StatusCode.INTERNAL, str(err), method)
+        out = api.filtered(await plane.predict(model, key, inputs), wanted)
+    except Exception as err:  # a plane error, or the model's own failure
+        row = plane.answer_for(err)
+        code = getattr(grpc.StatusCode, row.grpc if row else "INTERNAL")
+        await refuse(context, code, plane.message_of(err), method)
     response = predict_pb2.PredictResponse()
     _answer_spec(response.model_spec, model, key)
     for name, array in out.items():
@@ -303,9 +298,8 @@ def _client_errors(kserve_interceptor):
                 return await super().handle_exception(
                     ex, request, context, method_name
                 )
-            code = getattr(grpc.StatusCode, answer[1])
-            message = getattr(ex, "reason", None) or str(ex)
-            await refuse(context, code, message, method_name)
+            code = getattr(grpc.StatusCode, answer.grpc)
+            await refuse(context, code, plane.message_of(ex), method_name)
 
     return ClientErrors()
 

@@ -56,13 +56,13 @@ def check_text(data, where, limits):
         )
 
 
-def stream_limit(limits, generator):
+def stream_limit(limits, capacity):
     """The streams one model decodes at once: `max_streams`, or where it
-    is `None` the sentences `generator`'s decode loops hold at once (its
-    `stream_capacity`), else `DEFAULT_STREAMS`."""
+    is `None` the texts the model's decode loops hold at once
+    (`capacity`, as its capabilities say), else `DEFAULT_STREAMS`."""
     if limits["max_streams"] is not None:
         return limits["max_streams"]
-    return generator.stream_capacity or DEFAULT_STREAMS
+    return capacity or DEFAULT_STREAMS
 
 
 def log_refusal(status, route, err):

@@ -143,3 +143,22 @@ def infer_outputs(outputs, wanted=None):
             array = np.array(flat, dtype=object).reshape(array.shape)
         answer.append((name, datatype(array.dtype), array))
     return answer
+
+
+def v2_response(request, model_name, outputs):
+    """KServe's `InferResponse` holding `outputs` (`[(name, datatype,
+    array)]`), binary where the request asked for it."""
+    from kserve import InferOutput, InferResponse
+
+    binary = request.use_binary_outputs
+    tensors = []
+    for name, kind, array in outputs:
+        tensor = InferOutput(name, list(array.shape), kind)
+        tensor.set_data_from_numpy(array, binary_data=binary)
+        tensors.append(tensor)
+    return InferResponse(
+        response_id=request.id or "",
+        model_name=model_name,
+        infer_outputs=tensors,
+        use_binary_outputs=binary,
+    )

@@ -5,9 +5,9 @@ server-sent events of OpenAI's chunk objects ending in `data: [DONE]`.
 
 The rules are pure functions over JSON values (each tested on its own);
 `keras_attn_cli.serving.openai_routes.add_openai_routes` puts them on the
-server's app over the same `ServedModel.run` that TensorFlow Serving's
-and KServe's routes use, so a translation asked for here is merged with
-the others into one call. The streamed answers' server-sent events
+server's app over the plane (`plane.generate`), which runs a model that
+does not stream through the same merged calls as TensorFlow Serving's
+and KServe's routes. The streamed answers' server-sent events
 are `keras_attn_cli.serving.openai_events`'.
 
 A served model is generative when it has a `translate` signature with a
@@ -33,8 +33,6 @@ import uuid
 from keras_attn_runtime import sampling
 
 PREFIX = "/openai/v1"
-# The signatures a generative model answers with, and their text output.
-GENERATIVE = {"translate": "translation", "generate": "completion"}
 MAX_STOPS = 4  # OpenAI's limit on `stop` strings
 MAX_CHOICES = 4  # the most answers (`n`) one request asks for
 MAX_TEMPERATURE = 2  # OpenAI's bound
@@ -65,20 +63,11 @@ def error_body(err):
     }
 
 
-def generative_signature(signatures):
-    """`(signature, output)` a model with these signatures answers
-    OpenAI's routes with, or `None` when it is not generative."""
-    for key, output in GENERATIVE.items():
-        signature = signatures.get(key)
-        if signature is not None and (
-            signature.outputs.get(output, (None,))[0] == "string"
-        ):
-            return key, output
-    return None
-
-
 def is_generative(signatures):
-    """Whether a model with these signatures answers OpenAI's routes."""
+    """Whether a model with these signatures answers OpenAI's routes
+    (`plane.generative_signature`)."""
+    from keras_attn_cli.serving.plane import generative_signature
+
     return generative_signature(signatures) is not None
 
 
@@ -332,16 +321,12 @@ def _words(text):
 WORDS = (_words, _words)
 
 
-def token_counts(generator):
+def token_counts(can):
     """`(prompt, answer)`: functions counting a prompt's tokens (those
-    fed, template and start token included: `prompt_length`) and an
-    answer's (`count_tokens`) by the model's tokenizer, where the served
-    artifact has them (a decoder-only model's folder); else `WORDS`."""
-    prompt = getattr(generator, "prompt_length", None)
-    answer = getattr(generator, "count_tokens", None)
-    if callable(prompt) and callable(answer):
-        return prompt, answer
-    return WORDS
+    fed, template and start token included) and an answer's by the
+    model's tokenizer, where the served artifact's capabilities `can`
+    have them (a decoder-only model's folder); else `WORDS`."""
+    return can.counts or WORDS
 
 
 def usage(prompt, text, counts=WORDS):

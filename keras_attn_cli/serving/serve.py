@@ -4,9 +4,10 @@ Serving's and KServe's clients, with requests merged into batches.
 KServe's `ModelServer` (the `kserve` package, `pip install
 'keras_attn[serve]'`) runs the HTTP server (uvicorn and FastAPI), health,
 Prometheus metrics and KServe's v2 protocol; its V1 predict route is
-TensorFlow Serving's. This module loads the models (`keras_attn_cli.
-served`: a `ServedModel` per model and version, its requests merged into
-batches, under every protocol), binds the ports and runs the servers.
+TensorFlow Serving's. This module loads the models
+(`keras_attn_cli.serving.served`: a model per name and version, one
+engine at every door, its requests merged into batches; KServe's `Model`
+for it is `kserve_model`'s), binds the ports and runs the servers.
 The request and response rules are `keras_attn_cli.serving.tf_serving_api`'s and
 `keras_attn_cli.serving.open_inference`'s; the HTTP routes KServe lacks and the
 gate are `keras_attn_cli.serving.http_routes`'; the gRPC services are
@@ -22,6 +23,7 @@ from keras_attn_cli.serving import access as access_rule
 from keras_attn_cli.serving import (
     connections,
     http_routes,
+    kserve_model,
     openai_api,
     openai_routes,
     openapi_document,
@@ -57,6 +59,7 @@ def serve(
     log_level="info",
     watching=None,
     verify=None,
+    prefer=None,
 ):
     """Load `sources` (`{name: versions.Source}`) and serve them until
     SIGTERM or SIGINT, which finish the requests in flight and return 0.
@@ -66,7 +69,9 @@ def serve(
     `watching`: `{"poll_s": seconds between polls of the version folders
     (0: read once), "config": (read, poll_s) or None}` (`versions.
     Watcher`). `verify`: a `keras_attn_runtime.signing.Verifier` every
-    version must pass before it is read, or `None`."""
+    version must pass before it is read, or `None`. `prefer`: the kind of
+    file a folder holding several is served from (`--prefer`; `None`:
+    the opener's order, a SavedModel first)."""
     if log_level not in LOG_LEVELS:
         raise ValueError(
             f"Expected log_level to be one of {LOG_LEVELS}. Received: "
@@ -80,8 +85,14 @@ def serve(
     if access.get("grpc_port", 0):
         _listen(host, access["grpc_port"], "--grpc-port").close()
     models = registry.Registry()
+    opening = {
+        "allow_unsafe": allow_unsafe,
+        "accelerator": accelerator,
+        "prefer": prefer,
+        "verify": verify,
+    }
     load = served.version_loader(
-        limits, batching, log, allow_unsafe, accelerator, verify
+        kserve_model.served_model_class(), limits, batching, log, opening
     )
     watcher = versions.Watcher(
         models, sources, load, log, watching["poll_s"], watching["config"]
@@ -202,7 +213,7 @@ def _without_request_timings(app):
 
 def _client_error_handlers(app):
     """KServe logs each client error as an ERROR with its traceback; these
-    answer the plane's status for it (`plane.error_kinds`) with `{"error":
+    answer the plane's status for it (`plane.ERRORS`) with `{"error":
     message}` and log one WARNING line: the method, the path, the status
     and the message. KServe's `:explain` (it needs an explainer this
     server never has) is a 501 this way, left out of the OpenAPI
@@ -217,8 +228,8 @@ def _client_error_handlers(app):
 
         return answer
 
-    for kind, status, _ in plane.error_kinds():
-        app.add_exception_handler(kind, handler(status))
+    for row in plane.error_table():
+        app.add_exception_handler(row.kind, handler(row.status))
 
 
 def _kserve_follows(server, models):

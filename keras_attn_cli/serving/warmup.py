@@ -91,9 +91,9 @@ def _example(dtype, shape, rows):
     return np.ones(sizes, dtype=dtype)
 
 
-def warm_up(backend, generator=None, run=None):
-    """Warm `backend` (an opened artifact) and `generator` (what OpenAI's
-    routes decode with) up; `run(key, inputs)`: how a call is made (by
+def warm_up(backend, run=None):
+    """Warm `backend` (an opened artifact) up, its streams included;
+    `run(key, inputs)`: how a call is made (by
     default `backend.run` on this thread; the server's runs on the
     thread that will serve the model).
 
@@ -120,9 +120,8 @@ def warm_up(backend, generator=None, run=None):
             failure = failure or " ".join(str(err).split())[:300]
             continue
         calls += 1
-    generator = generator if generator is not None else backend
-    if streams(generator):
-        for _ in generator.stream(TEXT):
+    if streams(backend):
+        for _ in backend.stream(TEXT):
             pass
         calls += 1
     return calls, failure

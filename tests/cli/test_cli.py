@@ -611,13 +611,14 @@ def test_one_way_to_name_a_model_for_every_command(files, capsys, tmp_path):
     # `predict NAME` and `serve NAME` run the same file: the SavedModel
     # first, as TensorFlow Serving (0.3 ran the .keras for `predict`).
     from keras_attn_cli import finding as models
+    from keras_attn_runtime import opener
 
     ssa = resolve("imdb_ssa", "artifact", "any")
     assert ssa.endswith("saved_model")
     root = models.models_dir()
     for name in sorted(os.listdir(root)):
         if os.path.isdir(os.path.join(root, name)):
-            served = models.served_artifact(name, root)[1]
+            served = opener.find(models.served_artifact(name, root)[1])[1]
             assert os.path.abspath(resolve(name, "artifact", "any")) == served
     assert resolve("translation_en_fr", "model", "translator").endswith(
         "saved_model"

@@ -61,3 +61,13 @@ def test_max_streams_takes_a_number_or_auto(capsys):
         build.parse_args(["serve", "--max-streams", "many"])
     err = capsys.readouterr().err
     assert "--max-streams: expected a number or auto, got 'many'" in err
+
+
+def test_prefer_offers_the_kinds_the_opener_reads():
+    from keras_attn_cli.parser import FILE_KINDS, build_parser
+    from keras_attn_runtime.opener import KINDS
+
+    assert FILE_KINDS == KINDS
+    args = build_parser().parse_args(["serve", "m", "--prefer", "litert"])
+    assert args.prefer == "litert"
+    assert build_parser().parse_args(["serve", "m"]).prefer is None

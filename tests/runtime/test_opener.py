@@ -323,3 +323,26 @@ def test_the_kinds_are_every_kind_find_names():
 
     assert set(opener.SUFFIXES.values()) | {"saved_model"} == set(opener.KINDS)
     assert set(opener.TENSORFLOW_KINDS) <= set(opener.KINDS)
+
+
+def test_prefer_names_the_kind_a_folder_holding_several_opens_from(tmp_path):
+    """A folder with a SavedModel and a LiteRT file opens from its
+    SavedModel (TensorFlow Serving's order), or from the kind `prefer`
+    names; a kind the folder lacks leaves the order as it is, and a kind
+    that does not exist is refused naming `prefer`."""
+    from keras_attn_runtime import opener
+
+    folder = tmp_path / "m"
+    (folder / "saved_model").mkdir(parents=True)
+    (folder / "saved_model" / "saved_model.pb").write_bytes(b"")
+    (folder / "model.tflite").write_bytes(b"")
+    saved = str(folder / "saved_model")
+    lite = str(folder / "model.tflite")
+    assert opener.kinds_in(str(folder)) == ["saved_model", "litert"]
+    assert opener.find(str(folder)) == ("saved_model", saved)
+    assert opener.find(str(folder), prefer="litert") == ("litert", lite)
+    assert opener.find(str(folder), prefer="onnx") == ("saved_model", saved)
+    assert opener.find(lite, prefer="saved_model") == ("litert", lite)
+    assert opener.kinds_in(lite) == []
+    with pytest.raises(ValueError, match="prefer='tflite'"):
+        opener.find(str(folder), prefer="tflite")

@@ -37,7 +37,9 @@ GENERATOR = Signature(
 
 def test_a_text_translate_or_generate_signature_is_generative():
     assert oa.is_generative({"translate": TRANSLATOR})
-    assert oa.generative_signature({"generate": GENERATOR}) == (
+    from keras_attn_cli.serving.plane import generative_signature
+
+    assert generative_signature({"generate": GENERATOR}) == (
         "generate",
         "completion",
     )
@@ -411,13 +413,16 @@ def test_usage_counts_the_models_tokens_where_it_has_a_tokenizer():
         def count_tokens(self, text):
             return len(text)
 
-    counts = oa.token_counts(Folder())
+    from keras_attn_runtime import capabilities
+
+    counts = oa.token_counts(capabilities.of(Folder()))
     assert oa.usage("I am.", ["Je", "Nous"], counts) == {
         "prompt_tokens": 7,
         "completion_tokens": 6,
         "total_tokens": 13,
     }
-    assert oa.token_counts(object()) is oa.WORDS  # a translator: words
+    translator = capabilities.of(object())
+    assert oa.token_counts(translator) is oa.WORDS  # a translator: words
     settings = {"model": "m", "prompt": "I am.", "n": 1, "counts": counts}
     whole = oa.response(settings, "Je suis", "stop")
     assert whole["usage"]["completion_tokens"] == 7
@@ -484,7 +489,9 @@ def serving(*names):
 
 @pytest.fixture(scope="module")
 def client():
-    yield from serving("translation_en_fr", "imdb_micro")
+    # The seq2seq folder's LiteRT file, which streams (its SavedModel
+    # answers by default: `tests/serving/test_one_answer.py`).
+    yield from serving("translation_en_fr", "imdb_micro", "--prefer", "litert")
 
 
 SENTENCES = ["I am tired.", "We will go to the station tomorrow morning."]

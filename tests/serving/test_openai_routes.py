@@ -14,6 +14,7 @@ import threading
 import pytest
 
 from keras_attn_cli.serving.limits import LIMITS
+from keras_attn_cli.serving.served import ServedModelState
 from keras_attn_runtime.signature import Signature
 
 pytest.importorskip("fastapi")
@@ -52,14 +53,13 @@ class Gated:
             yield word
 
 
-class Model:
-    """What the routes read of a `ServedModel` (its name and version for
-    the plane's lookup)."""
+class Model(ServedModelState):
+    """A served model's state without KServe's `Model` (what the routes
+    and the plane read of a `ServedModel`)."""
 
     def __init__(self, limits, backend=None):
-        self.public_name, self.version = "lm", 1
-        self.backend, self.limits = backend or Gated(), limits
-        self.generator = self.backend
+        batching = {"max_batch_size": 1, "batch_wait_ms": 0.0}
+        self.setup("lm", backend or Gated(), limits, batching)
         self.executor = concurrent.futures.ThreadPoolExecutor(4)
 
 
@@ -114,11 +114,9 @@ def test_the_default_stream_limit():
     from keras_attn_cli.serving.limits import DEFAULT_STREAMS, stream_limit
 
     assert LIMITS["max_streams"] is None  # the model's own, by default
-    assert stream_limit(LIMITS, Gated()) == DEFAULT_STREAMS == 8
-    loops = Gated()
-    loops.stream_capacity = 16
-    assert stream_limit(LIMITS, loops) == 16
-    assert stream_limit({**LIMITS, "max_streams": 3}, loops) == 3
+    assert stream_limit(LIMITS, None) == DEFAULT_STREAMS == 8
+    assert stream_limit(LIMITS, 16) == 16  # what the model's loops hold
+    assert stream_limit({**LIMITS, "max_streams": 3}, 16) == 3
 
 
 @pytest.mark.parametrize(
@@ -252,11 +250,9 @@ def test_a_client_that_hangs_up_stops_the_decoding(serving):
                 async for line in first.aiter_lines():
                     if line.startswith("data: {"):
                         break  # one piece read, then the client leaves
-        for _ in range(100):
-            if model.backend.stopped.is_set():
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError("the decoding went on after the hang-up")
+        # The stand-in's gate stays shut: it stops only when told to.
+        stopped = model.backend.stopped
+        assert await asyncio.to_thread(stopped.wait, 30), "decoding went on"
 
     asyncio.run(run())
 

@@ -44,17 +44,39 @@ def test_one_signature_rule_for_every_protocol():
         )
 
 
-def test_one_error_table_for_rest_and_grpc():
+def test_one_error_table_for_rest_grpc_and_openai():
     pytest.importorskip("kserve")
     from kserve.errors import InvalidInput, ModelNotFound, ModelNotReady
 
-    assert plane.answer_for(RequestError("x")) == (400, "INVALID_ARGUMENT")
-    assert plane.answer_for(InvalidInput("x")) == (400, "INVALID_ARGUMENT")
-    assert plane.answer_for(plane.NotServed("x")) == (404, "NOT_FOUND")
-    assert plane.answer_for(ModelNotFound("x")) == (404, "NOT_FOUND")
-    assert plane.answer_for(ModelNotReady("x")) == (503, "UNAVAILABLE")
-    assert plane.answer_for(NotImplementedError()) == (501, "UNIMPLEMENTED")
-    assert plane.answer_for(RuntimeError("ours")) is None  # a 500
+    from keras_attn_cli.serving.admission import TooBusy
+    from keras_attn_runtime.opener import PromptTooLong
+
+    def answer(err):
+        row = plane.answer_for(err)
+        return row.status, row.grpc, row.openai
+
+    bad = (400, "INVALID_ARGUMENT", None)
+    assert answer(RequestError("x")) == bad
+    assert answer(InvalidInput("x")) == bad
+    assert answer(plane.NoSampling("x")) == bad
+    assert answer(PromptTooLong(8, 9, "tokens")) == (
+        400,
+        "INVALID_ARGUMENT",
+        "context_length_exceeded",
+    )
+    missing = (404, "NOT_FOUND", "model_not_found")
+    assert answer(plane.NotServed("x")) == missing
+    assert answer(ModelNotFound("x")) == missing
+    assert answer(TooBusy("x")) == (
+        429,
+        "RESOURCE_EXHAUSTED",
+        "too_many_requests",
+    )
+    assert answer(ModelNotReady("x")) == (503, "UNAVAILABLE", None)
+    assert answer(NotImplementedError()) == (501, "UNIMPLEMENTED", None)
+    assert answer(plane.ModelFailed("x")) == (500, "INTERNAL", None)
+    assert plane.answer_for(RuntimeError("ours")) is None  # a 500 of ours
+    assert plane.message_of(InvalidInput("why")) == "why"
 
 
 def test_the_adapters_read_the_plane():
@@ -67,7 +89,7 @@ def test_the_adapters_read_the_plane():
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from keras_attn_cli.serving import http_routes, served
+    from keras_attn_cli.serving import http_routes, kserve_model
 
     class Backend:
         signatures = {"translate": None, "serving_default": None}
@@ -80,7 +102,7 @@ def test_the_adapters_read_the_plane():
     assert got.json()["error"] == (
         "Unknown model 'nope'; served: ['m', 'solo']"
     )
-    assert served.default_key(Backend()) == "serving_default"
+    assert kserve_model.default_key(Backend()) == "serving_default"
     pytest.importorskip("grpc")
     from keras_attn_cli.serving import grpc_api
 
@@ -100,17 +122,152 @@ def test_a_text_the_translator_read_in_part_is_refused_naming_the_window():
     and a request whose rows were read whole is answered."""
     import numpy as np
 
-    pytest.importorskip("kserve")
-    from kserve.errors import InvalidInput
-
-    from keras_attn_cli.serving import served
-
     whole = {"source_truncated": np.array([False, False])}
-    served.check_truncated(whole)
-    served.check_truncated({"probability": np.array([0.5])})
+    plane.check_truncated(whole)
+    plane.check_truncated({"probability": np.array([0.5])})
     cut = {
         "source_truncated": np.array([False, True]),
         "source_length": np.array([64, 64]),
     }
-    with pytest.raises(InvalidInput, match="at most 64 source tokens"):
-        served.check_truncated(cut)
+    with pytest.raises(RequestError, match="at most 64 source tokens"):
+        plane.check_truncated(cut)
+
+
+class Window:
+    """A window of 3 words, counting each check."""
+
+    def __init__(self):
+        self.checks = 0
+
+    def __call__(self, text):
+        from keras_attn_runtime.opener import PromptTooLong
+
+        self.checks += 1
+        if len(text.split()) > 3:
+            raise PromptTooLong(3, len(text.split()), "words")
+
+
+class Echo:
+    """An artifact whose `translate` upper-cases its texts (or fails), and
+    which streams them a word a piece when `streaming`."""
+
+    def __init__(self, fail=False, streaming=False):
+        from keras_attn_runtime.signature import Signature
+
+        io = Signature(
+            {"text": ("string", [None])}, {"translation": ("string", [None])}
+        )
+        self.signatures = {"translate": io}
+        self.fail, self.calls = fail, []
+        self.check_prompt = Window()
+        if streaming:
+            self.stream = self._stream
+            self.concurrent_streams, self.stream_capacity = False, 2
+            self.sampling = False
+
+    def run(self, key, inputs):
+        import numpy as np
+
+        from keras_attn_runtime.opener import ModelError
+
+        self.calls.append(key)
+        if self.fail:
+            raise ModelError("no kernel for op X")
+        texts = [t.decode().upper() for t in inputs["text"]]
+        return {"translation": np.array(texts, object)}
+
+    def _stream(self, text, stop=None):
+        for word in text.split():
+            yield word.upper() + " "
+
+
+def served(backend):
+    """What the plane asks of a served model, without KServe."""
+    import concurrent.futures
+
+    from keras_attn_cli.serving.admission import Admission
+    from keras_attn_runtime import capabilities
+
+    class Served:
+        public_name, limits, batchers = "echo", {}, {}
+
+    model = Served()
+    model.backend, model.can = backend, capabilities.of(backend)
+    model.executor = concurrent.futures.ThreadPoolExecutor(1)
+    model.admission = Admission("echo", 2, 2)
+    return model
+
+
+def texts(*values):
+    import numpy as np
+
+    return {"text": np.array([v.encode() for v in values], object)}
+
+
+def test_predict_checks_the_window_before_the_model_runs():
+    import asyncio
+
+    from keras_attn_runtime.opener import PromptTooLong
+
+    model = served(Echo())
+    out = asyncio.run(plane.predict(model, "translate", texts("a b", "c")))
+    assert list(out["translation"]) == ["A B", "C"]
+    with pytest.raises(PromptTooLong):
+        asyncio.run(plane.predict(model, "translate", texts("a", "b c d e")))
+    assert model.backend.calls == ["translate"]  # the long text: no call
+    failing = served(Echo(fail=True))
+    with pytest.raises(plane.ModelFailed, match="failed to run: no kernel"):
+        asyncio.run(plane.predict(failing, "translate", texts("a")))
+
+
+def test_generate_checks_the_window_once_and_answers_whole_or_streamed():
+    import asyncio
+
+    from keras_attn_runtime.opener import PromptTooLong
+
+    whole = served(Echo())
+    answers = asyncio.run(plane.generate(whole, "a b", n=2))
+    assert answers.whole == ["A B", "A B"]
+    assert whole.backend.calls == ["translate"]  # one call for n answers
+    assert whole.backend.check_prompt.checks == 1  # one check, not two
+    with pytest.raises(PromptTooLong):
+        asyncio.run(plane.generate(whole, "a b c d"))
+    with pytest.raises(plane.NoSampling, match="temperature=0.5"):
+        asyncio.run(plane.generate(whole, "a", sampling={"temperature": 0.5}))
+
+    streaming = served(Echo(streaming=True))
+    assert streaming.can.streams and streaming.can.decoding == "turns"
+
+    async def joined():
+        answers = await plane.generate(streaming, "a b c")
+        assert streaming.admission.decoding == 1  # a place taken
+        texts = await answers.joined()
+        assert streaming.admission.decoding == 0  # and freed
+        return texts
+
+    assert asyncio.run(joined()) == ["A B C "]
+    assert streaming.backend.calls == []  # streamed, not run
+
+
+def test_capabilities_are_read_once_from_what_the_artifact_declares():
+    from keras_attn_runtime import capabilities
+
+    plain = capabilities.of(Echo())
+    assert not plain.streams and plain.window is not None
+    assert plain.counts is None and plain.capacity is None
+
+    class Loops(Echo):
+        def __init__(self):
+            super().__init__(streaming=True)
+            self.concurrent_streams, self.sampling = True, True
+            self.prompt_length = self.count_tokens = len
+
+    loops = capabilities.of(Loops())
+    assert (loops.decoding, loops.samples, loops.capacity) == ("loops", True, 2)
+    assert loops.counts == (len, len)
+
+    class Handover(Loops):
+        def stream_into(self, text, put, stop=None):
+            put(None)
+
+    assert capabilities.of(Handover()).decoding == "handover"

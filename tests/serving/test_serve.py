@@ -253,10 +253,10 @@ def test_litert_backend_imports_no_tensorflow():
     code = (
         "import sys, numpy as np\n"
         "from keras_attn_cli import commands\n"
-        "from keras_attn_cli.serving import served\n"
+        "from keras_attn_cli.serving import kserve_model, served\n"
         f"b = served.load_backend({path!r})\n"
         "b.run('serving_default', {'text': np.array([b'good'], object)})\n"
-        "served.served_model_class()\n"
+        "kserve_model.served_model_class()\n"
         "print('tensorflow' in sys.modules)\n"
     )
     done = subprocess.run(
