@@ -256,8 +256,8 @@ class LiteRTClassifierHandler(LiteRTHandler):
 class LiteRTTranslatorHandler(LiteRTHandler):
     """`RunInference` with a LiteRT translator
     (`keras_attn_runtime.LiteRTTranslator`): a translation a text, the
-    same as `translate` gives it alone (a sentence at a time: the file's
-    one call runs one sentence's whole search).
+    file's one answer (`LiteRTTranslator.answer`, as the server and
+    `keras-attn translate` give it), a sentence at a time.
 
     Args:
         model_path: the `.tflite` file.
@@ -282,4 +282,4 @@ class LiteRTTranslatorHandler(LiteRTHandler):
         return [check, WindowCheck(self.model_path), *rest]
 
     def predict(self, model, texts):
-        return [model.translate(text) for text in texts]
+        return [model.answer(text) for text in texts]

@@ -262,17 +262,13 @@ class TranslatorArtifact:
         return self.translator.stream(text, stop=stop)
 
     def run(self, signature, inputs):
-        """`translation` of each text: from the file's streams, joined,
-        where it streams (so that every door, streamed or not, gives one
-        answer: the one-call signature and the streams rank their beams
-        apart and differ on about 1% of sentences), else its one call."""
+        """`translation` of each text: the file's one answer
+        (`LiteRTTranslator.answer`: its streams, joined, where it
+        streams, so that a streamed answer and a whole one agree)."""
         texts = _texts(inputs)
         for text in texts:
             self.check_prompt(text)
-        if self.concurrent_streams:
-            out = ["".join(self._stream(t)) for t in texts]
-        else:
-            out = [self.translator.translate(t) for t in texts]
+        out = [self.translator.answer(t) for t in texts]
         return {"translation": np.array(out, dtype=object)}
 
 

@@ -51,6 +51,7 @@ def test_the_classifier_handler_gives_each_text_its_direct_probability():
         np.testing.assert_allclose(result["attention"], want, atol=1e-6)
 
 
+@pytest.mark.slow  # two loads of the SavedModel translator, a pipeline
 def test_the_translator_handler_gives_each_sentence_its_translation():
     from keras_attn.beam import SavedModelTranslatorHandler
     from keras_attn.loading.opener import SavedModelArtifact

@@ -111,7 +111,7 @@ def _print_litert_translations(path, texts, alignment=False):
     with Progress("translating", len(texts)) as progress:
         progress.emit(f"Translator: {path}\n")
         for done, text in enumerate(texts, 1):
-            french = interruptible(translator.translate, text)
+            french = interruptible(translator.answer, text)
             _emit(progress, [text], [french])
             progress.update(done)
     if alignment:

@@ -141,6 +141,10 @@ def test_a_one_call_file_also_streams_on_one_copy_of_the_weights(tmp_path):
     for text in TEXTS[:-1]:  # the one-call signature's answers, as before
         assert lite.translate_ids(text)[0] == alone.translate_ids(text)[0]
         assert "".join(lite.stream(text)) == alone.translate(text)
+        # The file's one answer: its streams where it streams, else its
+        # one call (every door reads `answer`).
+        assert lite.answer(text) == "".join(lite.stream(text))
+        assert alone.answer(text) == alone.translate(text)
     # `translate --stream` finds it in a translator folder as model.tflite.
     import shutil
 

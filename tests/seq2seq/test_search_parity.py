@@ -395,3 +395,38 @@ def test_all_scores_are_every_continuations_ranked_score():
         chain(logits), np.zeros((2, 1), "float32"), START, END, 4, 3
     )
     assert "all_scores" not in plain
+
+
+def test_the_runtime_scores_and_ends_beams_as_the_samplers_do():
+    """The runtime's NumPy search (`keras_attn_runtime.search`) and the
+    Keras samplers write GNMT's penalties and the end test once each, an
+    engine each; they give the same numbers on every backend."""
+    from keras_attn.seq2seq.samplers import beam
+    from keras_attn.seq2seq.samplers.base import is_end
+    from keras_attn_runtime import search as runtime
+
+    rng = np.random.default_rng(3)
+    lengths = np.arange(1, 40, dtype="float32")
+    for alpha in (0.0, 0.6, 1.0):
+        np.testing.assert_allclose(
+            runtime.length_penalty_factor(lengths, alpha),
+            ops.convert_to_numpy(beam.length_penalty_factor(lengths, alpha)),
+            rtol=1e-6,
+        )
+    coverage = rng.uniform(0.0, 2.0, (3, 4, 7)).astype("float32")
+    coverage[0, 0, :2] = 0.0  # never attended: log(1e-10), not -inf
+    mask = rng.uniform(size=(3, 1, 7)) > 0.3
+    for source_mask in (None, mask):
+        np.testing.assert_allclose(
+            runtime.coverage_penalty_value(coverage, 0.2, source_mask),
+            ops.convert_to_numpy(
+                beam.coverage_penalty_value(coverage, 0.2, source_mask)
+            ),
+            rtol=1e-5,
+        )
+    tokens = rng.integers(0, 6, (4, 5)).astype("int32")
+    for end in (2, [2, 5]):
+        np.testing.assert_array_equal(
+            runtime.is_end(tokens, end),
+            ops.convert_to_numpy(is_end(tokens, end)),
+        )

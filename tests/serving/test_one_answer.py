@@ -1,8 +1,9 @@
 """One model name, one answer: held-out sentences translated by each
 shipped translator through `keras-attn translate` and through every
 door of the server (TensorFlow Serving's `:predict` and gRPC `Predict`,
-KServe v2's infer, OpenAI's completions, streamed and not) give the
-same text: a folder answers from one file everywhere. The decoder-only
+KServe v2's infer, OpenAI's completions, streamed and not) and the Beam
+handler of the file that answers give the same text: a folder answers
+from one file everywhere. The decoder-only
 folder answers from its bundle (the command line ran its Keras model,
 which disagreed with the server on one sentence in 200); the seq2seq
 folder from its SavedModel (OpenAI's routes answered from its LiteRT
@@ -90,7 +91,7 @@ def cli_exit(model, text):
 
 
 def cli_translations(model, sentences, tmp_path):
-    source = tmp_path / f"{model}.txt"
+    source = tmp_path / f"{os.path.basename(model)}.txt"
     source.write_text("\n".join(sentences) + "\n")
     done = subprocess.run(
         [sys.executable, "-m", "keras_attn_cli", "translate", model]
@@ -127,11 +128,36 @@ def grpc_answers(grpc_port, model, signature, output, texts):
     return [v.decode("utf-8") for v in values]
 
 
-def test_prefer_serves_a_folder_from_the_kind_it_names_at_every_door():
+def beam_answers(model, texts):
+    """The Beam handler's translations of `texts` for the shipped folder
+    `model` (`RunInference`'s own call on a batch), or `None` where no
+    handler reads the file that folder answers from (a decoder-only
+    bundle)."""
+    from keras_attn.beam import SavedModelTranslatorHandler
+    from tests.serving.live import SHIPPED
+
+    if model != "translation_en_fr":
+        return None
+    handler = SavedModelTranslatorHandler(os.path.join(SHIPPED, model))
+    results = handler.run_inference(list(texts), handler.load_model())
+    return [result.inference for result in results]
+
+
+def test_prefer_serves_a_folder_from_the_kind_it_names_at_every_door(tmp_path):
     """`--prefer litert`: the seq2seq folder answers `:predict`, v2 and
     OpenAI (whole, and streamed as its tokens are decoded) from its LiteRT
-    file, all with one answer."""
+    file, with the answer `keras-attn translate` and the Beam handler
+    give for that file (its streams, joined: the file's one-call
+    signature ranks beams apart)."""
+    from keras_attn_runtime.beam import LiteRTTranslatorHandler
+    from tests.serving.live import SHIPPED
+
     sentences = held_out()[:6]
+    lite = os.path.join(SHIPPED, "translation_en_fr", "model.tflite")
+    handler = LiteRTTranslatorHandler(lite)
+    results = handler.run_inference(sentences, handler.load_model())
+    beam = [result.inference for result in results]
+    cli = cli_translations(lite, sentences, tmp_path)
     proc, port = start("translation_en_fr", "--prefer", "litert")
     try:
         body = {"signature_name": "translate", "inputs": sentences}
@@ -141,6 +167,7 @@ def test_prefer_serves_a_folder_from_the_kind_it_names_at_every_door():
         wanted = ["translation"]
         status, answer = infer(port, "translation_en_fr", sentences, wanted)
         assert status == 200 and answer["outputs"][0]["data"] == got, answer
+        assert beam == got and [cli[text] for text in sentences] == got
         for text, french in zip(sentences, got, strict=True):
             for stream in (False, True):
                 said = completion(port, "translation_en_fr", text, stream)
@@ -174,6 +201,9 @@ def test_every_door_gives_each_translator_one_answer(tmp_path):
             assert v2 == [served[text] for text in some], (model, v2)
             grpc = grpc_answers(proc.grpc_port, model, signature, output, some)
             assert grpc == [served[text] for text in some], (model, grpc)
+            beam = beam_answers(model, some)
+            if beam is not None:
+                assert beam == [served[text] for text in some], (model, beam)
             for text in some:
                 whole = completion(port, model, text, stream=False)
                 streamed = completion(port, model, text, stream=True)
