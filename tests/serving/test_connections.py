@@ -100,8 +100,10 @@ def test_silent_and_half_sent_connections_are_closed_and_counted(server):
     half = socket.create_connection(("127.0.0.1", server))
     half.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # no blank line
     started = time.monotonic()
+    # The close is the event waited for (up to 5 s each on a loaded
+    # machine); it comes no sooner than the 0.5 s header timeout.
     assert closed_within(silent, 5) and closed_within(half, 5)
-    assert 0.4 < time.monotonic() - started < 4
+    assert time.monotonic() - started > 0.4
     assert count("header_timeout") == before + 2
     for sock in (silent, half):
         sock.close()
