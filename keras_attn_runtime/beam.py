@@ -23,7 +23,8 @@ element is a `str` (or UTF-8 `bytes`), checked alone before batching
 (`check_element`: with `.with_exception_handling()` a bad element goes
 to the dead letters by itself); its result's `inference` is a
 probability (a `float`; with `attention=True` a dict of the probability
-and the `(hops, tokens)` attention), or a translation (a `str`).
+and the `(hops, tokens)` attention), or a translation or completion (a
+`str`).
 """
 
 import numpy as np
@@ -67,23 +68,33 @@ def check_element(element):
 
 
 class WindowCheck:
-    """A preprocessing step of `LiteRTTranslatorHandler`: `element` back
-    if each piece the translator cuts it into (`LiteRTTranslator.pieces`)
-    fits the file's window, else the `ValueError` naming the count. The
-    file is opened once a worker, on first use (pickled as its path)."""
+    """A preprocessing step of the handlers whose model has a window
+    (`LiteRTTranslatorHandler`, `BundleGeneratorHandler`): `element` back
+    if it fits the model's window (a translator's: each piece it cuts the
+    text into, `LiteRTTranslator.pieces`), else the `ValueError` naming
+    the count. The model is opened once a worker, on first use (pickled
+    as its path and kind)."""
 
-    def __init__(self, model_path):
-        self.model_path, self._model = model_path, None
+    def __init__(self, model_path, kind="translator"):
+        self.model_path, self.kind, self._model = model_path, kind, None
 
     def __getstate__(self):
-        return {"model_path": self.model_path, "_model": None}
+        return {**self.__dict__, "_model": None}
 
     def __call__(self, element):
+        text = _text(element)
+        if self.kind == "generator":
+            if self._model is None:
+                from keras_attn_runtime.generator import BundleGenerator
+
+                self._model = BundleGenerator(self.model_path, loops=1)
+            self._model.check_prompt(text)
+            return element
         if self._model is None:
             from keras_attn_runtime.translator import LiteRTTranslator
 
             self._model = LiteRTTranslator(self.model_path)
-        for piece in self._model.pieces(_text(element)):
+        for piece in self._model.pieces(text):
             self._model.source_tokens(piece)
         return element
 
@@ -279,7 +290,50 @@ class LiteRTTranslatorHandler(LiteRTHandler):
         element alone (`WindowCheck`): a text past it reaches the dead
         letters by itself, not with its batch."""
         check, *rest = super().get_preprocess_fns()
-        return [check, WindowCheck(self.model_path), *rest]
+        return [check, WindowCheck(self.model_path, "translator"), *rest]
 
     def predict(self, model, texts):
         return [model.answer(text) for text in texts]
+
+
+class BundleGeneratorHandler(TextModelHandler):
+    """`RunInference` with a decoder-only model's folder (its `.litertlm`
+    bundle beside `generation.json` and `tokenizer.json`, run by
+    `keras_attn_runtime.generator.BundleGenerator` without TensorFlow): a
+    completion a text, its greedy search, the answer `keras-attn serve`
+    and `keras-attn translate` give. A text past the model's window
+    reaches the dead letters alone (`WindowCheck`).
+
+    Args:
+        model_path: the decoder-only folder.
+        loops: the bundle's copies a worker (one a core). Defaults to
+            `1` (one worker a core).
+        **kwargs: `TextModelHandler`'s.
+    """
+
+    MAX_BATCH_SIZE = 16
+
+    def __init__(self, model_path, *, loops=1, **kwargs):
+        super().__init__(model_path, **kwargs)
+        self.loops = loops
+
+    def load_model(self):
+        from keras_attn_runtime.generator import (
+            BundleGenerator,
+            is_bundle_generator,
+        )
+
+        self.check_signature()
+        if not is_bundle_generator(self.model_path):
+            raise ValueError(
+                "Expected a decoder-only folder with a .litertlm bundle. "
+                f"Received: model_path={self.model_path!r}"
+            )
+        return BundleGenerator(self.model_path, loops=self.loops)
+
+    def get_preprocess_fns(self):
+        check, *rest = super().get_preprocess_fns()
+        return [check, WindowCheck(self.model_path, "generator"), *rest]
+
+    def predict(self, model, texts):
+        return model.completions(texts)

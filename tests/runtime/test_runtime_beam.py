@@ -233,3 +233,40 @@ def test_a_text_past_the_translators_window_is_a_dead_letter_alone():
         assert_that(
             dlq.failed_inferences, equal_to([]), label="no batch failed"
         )
+
+
+LM = os.path.join(SHIPPED, "translation_en_fr_lm")
+
+
+@pytest.mark.slow
+def test_the_bundle_handler_completes_each_text_and_refuses_a_long_one_alone():
+    """A decoder-only folder's bundle in a pipeline: each completion is
+    the folder's greedy answer (as `keras-attn serve` gives it), and a
+    prompt past the window reaches the dead letters by itself."""
+    from apache_beam.ml.inference.base import RunInference
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from keras_attn_runtime.beam import BundleGeneratorHandler
+    from keras_attn_runtime.generator import BundleGenerator
+    from keras_attn_runtime.signature import PromptTooLong
+
+    if not os.path.isdir(LM):
+        pytest.skip("no shipped translation_en_fr_lm")
+    sentences = SENTENCES[:4]
+    model = BundleGenerator(LM, loops=1)
+    want = list(zip(sentences, model.generate(sentences), strict=True))
+    long = " ".join(["the cat sat on the mat"] * 30)
+    with pytest.raises(PromptTooLong):
+        model.check_prompt(long)
+    with beam.Pipeline() as p:
+        main, dlq = (
+            p
+            | beam.Create([*sentences, long], reshuffle=True)
+            | RunInference(BundleGeneratorHandler(LM)).with_exception_handling()
+        )
+        answered = main | beam.Map(lambda r: (r.example, r.inference))
+        assert_that(answered, equal_to(want), label="every sentence")
+        dead = dlq.failed_preprocessing[1] | beam.Map(lambda f: f[0])
+        assert_that(dead, equal_to([long]), label="long")
+    with pytest.raises(ValueError, match="model_path="):
+        BundleGeneratorHandler(os.path.dirname(TRANSLATOR)).load_model()

@@ -130,15 +130,17 @@ def grpc_answers(grpc_port, model, signature, output, texts):
 
 def beam_answers(model, texts):
     """The Beam handler's translations of `texts` for the shipped folder
-    `model` (`RunInference`'s own call on a batch), or `None` where no
-    handler reads the file that folder answers from (a decoder-only
-    bundle)."""
+    `model` (`RunInference`'s own call on a batch), from the file that
+    folder answers from (its SavedModel, or its bundle)."""
     from keras_attn.beam import SavedModelTranslatorHandler
+    from keras_attn_runtime.beam import BundleGeneratorHandler
     from tests.serving.live import SHIPPED
 
-    if model != "translation_en_fr":
-        return None
-    handler = SavedModelTranslatorHandler(os.path.join(SHIPPED, model))
+    handlers = {
+        "translation_en_fr": SavedModelTranslatorHandler,
+        "translation_en_fr_lm": BundleGeneratorHandler,
+    }
+    handler = handlers[model](os.path.join(SHIPPED, model))
     results = handler.run_inference(list(texts), handler.load_model())
     return [result.inference for result in results]
 
@@ -202,8 +204,7 @@ def test_every_door_gives_each_translator_one_answer(tmp_path):
             grpc = grpc_answers(proc.grpc_port, model, signature, output, some)
             assert grpc == [served[text] for text in some], (model, grpc)
             beam = beam_answers(model, some)
-            if beam is not None:
-                assert beam == [served[text] for text in some], (model, beam)
+            assert beam == [served[text] for text in some], (model, beam)
             for text in some:
                 whole = completion(port, model, text, stream=False)
                 streamed = completion(port, model, text, stream=True)
