@@ -117,3 +117,18 @@ def open_model(path, accelerator="cpu", vocabulary_path=None, **settings):
     for kind in set(opener.TENSORFLOW_KINDS) - set(opener.registered()):
         opener.register(kind, _tensorflow_loader(kind))
     return opener.open(path, accelerator, vocabulary_path, **settings)
+
+
+def open_litert_translator(path, flag="--model"):
+    """The `keras_attn_runtime.LiteRTTranslator` of the LiteRT translator
+    file at `path`, opened as every model is (`open_model`); a
+    `ValueError` naming `flag` for a file that is not one."""
+    artifact = open_model(path, flag=flag)
+    translator = getattr(artifact, "translator", None)
+    if translator is None:
+        raise ValueError(
+            f"Expected a LiteRT translator file. Received: {flag}={path!r}, "
+            f"a {artifact.kind} model with signatures "
+            f"{sorted(artifact.signatures)}"
+        )
+    return translator

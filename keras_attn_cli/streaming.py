@@ -75,7 +75,7 @@ def streaming_translator(args):
 
 
 def stream_translations(args):
-    from keras_attn_runtime import LiteRTTranslator
+    from keras_attn_cli.loading import open_litert_translator
 
     if args.alignment:
         raise ValueError(
@@ -85,7 +85,7 @@ def stream_translations(args):
     path = streaming_translator(args)
     texts = read_texts(args)
     check_sentences(texts)
-    translator = LiteRTTranslator(path)
+    translator = open_litert_translator(path)
     if translator.decoder is None:
         raise ValueError(
             "Expected a streaming LiteRT translator with --stream. Received: "

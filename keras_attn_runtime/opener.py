@@ -32,6 +32,7 @@ import numpy as np
 from keras_attn_runtime import generator
 from keras_attn_runtime.artifact import (
     METADATA_CONFIG,
+    STREAMING_DECODER,
     TRANSLATOR,
     config_object,
     format_of,
@@ -273,13 +274,14 @@ class TranslatorArtifact:
 
 
 def open_litert(path, accelerator="cpu", vocabulary_path=None):
-    """A `.tflite` classifier or translator written by keras_attn."""
+    """A `.tflite` classifier or translator (one-call, streaming, or
+    both) written by keras_attn."""
     from keras_attn_runtime.classifier import LiteRTClassifier
     from keras_attn_runtime.translator import LiteRTTranslator
 
     _, model = load_verified(path)
     config = config_object(metadata(model).get(METADATA_CONFIG), path)
-    if format_of(config) == TRANSLATOR:
+    if format_of(config) in (TRANSLATOR, STREAMING_DECODER):
         return TranslatorArtifact(
             path, LiteRTTranslator(path, accelerator=accelerator)
         )

@@ -350,6 +350,19 @@ class LiteRTTranslator:
             return self.translate(text)
         return "".join(self.stream(text))
 
+    def answer_ids(self, text, truncate=False):
+        """`(ids, alignment (L, S) or None, source words)` of `text` (one
+        piece), as `answer` decides them: the streams' final search where
+        the file streams, else its one call (`translate_ids`)."""
+        if self.decoder is None:
+            return self.translate_ids(text, truncate)
+        words = self.source_words(text, truncate)
+        if not words:
+            return [], None, words
+        with self._decoding():
+            *_, (ids, align) = self._decoded(self.source_ids(words))
+        return self._trimmed(ids, align, words)
+
     def stream(self, text, truncate=False, greedy=False, stop=None):
         """Yield the translation of `text` in parts as a streaming file
         decodes it (each word once its search will not change it): joined,

@@ -103,10 +103,11 @@ def print_translations(path, texts, alignment=False, allow_unsafe=False):
 
 
 def _print_litert_translations(path, texts, alignment=False):
-    """`print_translations` for a LiteRT translator (`.tflite`)."""
-    from keras_attn_runtime import LiteRTTranslator
+    """`print_translations` for a LiteRT translator (`.tflite`): the
+    file's one answer (`LiteRTTranslator.answer`, as `serve` gives it)."""
+    from keras_attn_cli.loading import open_litert_translator
 
-    translator = LiteRTTranslator(path)
+    translator = open_litert_translator(path)
     check_clause_lengths(translator, texts)
     with Progress("translating", len(texts)) as progress:
         progress.emit(f"Translator: {path}\n")
@@ -115,7 +116,7 @@ def _print_litert_translations(path, texts, alignment=False):
             _emit(progress, [text], [french])
             progress.update(done)
     if alignment:
-        ids, attention, words = translator.translate_ids(texts[0])
+        ids, attention, words = translator.answer_ids(texts[0])
         target = [translator.target_vocab[i] for i in ids]
         _print_grid(texts[0], words, target, attention)
     return 0
@@ -282,11 +283,11 @@ def _saved_model_alignment(path, text, allow_unsafe):
 def _litert_alignment(path, text):
     """`_saved_model_alignment` for a LiteRT translator (one piece: the
     alignment of a text cut into clauses would be several pictures)."""
-    from keras_attn_runtime import LiteRTTranslator
+    from keras_attn_cli.loading import open_litert_translator
 
-    translator = LiteRTTranslator(path)
+    translator = open_litert_translator(path)
     check_clause_lengths(translator, [text])
-    ids, att, src = translator.translate_ids(text)
+    ids, att, src = translator.answer_ids(text)
     tgt = [translator.target_vocab[i] for i in ids]
     att = np.zeros((0, len(src))) if att is None else att
-    return translator.translate(text), src, tgt, att
+    return translator.answer(text), src, tgt, att

@@ -23,15 +23,16 @@ class Cut:
 def test_a_litert_run_cut_short_keeps_the_finished_translations(
     monkeypatch, capsys
 ):
-    import keras_attn_runtime
+    from keras_attn_cli import loading
 
     cut = Cut(limit=2)
 
-    class Translator:
-        def __init__(self, path):
-            self.translate = cut
+    class Translator:  # what the opener gives of a LiteRT translator
+        answer = cut
 
-    monkeypatch.setattr(keras_attn_runtime, "LiteRTTranslator", Translator)
+    monkeypatch.setattr(
+        loading, "open_litert_translator", lambda path: Translator()
+    )
     monkeypatch.setattr(translating, "check_clause_lengths", lambda *a: None)
     texts = ["one.", "two.", "three.", "four."]
     with pytest.raises(KeyboardInterrupt):

@@ -145,6 +145,10 @@ def test_a_one_call_file_also_streams_on_one_copy_of_the_weights(tmp_path):
         # one call (every door reads `answer`).
         assert lite.answer(text) == "".join(lite.stream(text))
         assert alone.answer(text) == alone.translate(text)
+        # Its ids and alignment: the streams' final search, as decided.
+        ids, align, words = lite.answer_ids(text)
+        assert lite._text(ids, align, words) == lite.answer(text)
+        assert alone.answer_ids(text)[0] == alone.translate_ids(text)[0]
     # `translate --stream` finds it in a translator folder as model.tflite.
     import shutil
 
