@@ -24,13 +24,22 @@ def _strings(texts):
     return np.array([t.encode("utf-8") for t in texts], dtype=object)
 
 
-def _saved_model_folder(path, inside):
-    """`path`, or its `inside` folder where `path` is a model folder
-    holding its SavedModel there (`saved_models/imdb_ssa`)."""
-    import os
+def _open_saved_model(path, allow_unsafe):
+    """The SavedModel at `path` (its folder, or a model folder holding it
+    in `saved_model/`, as `saved_models/imdb_ssa`), opened as every model
+    is (`keras_attn.loading.opener.open`, the op allowlist checked unless
+    `allow_unsafe`); a `ValueError` naming `model_path` otherwise."""
+    from keras_attn.loading import opener
 
-    nested = os.path.join(path, inside)
-    return nested if os.path.isdir(nested) else path
+    model = opener.open(
+        path, allow_unsafe=allow_unsafe, flag="model_path", prefer="saved_model"
+    )
+    if model.kind != "saved_model":
+        raise ValueError(
+            "Expected a SavedModel folder, or a folder holding one. "
+            f"Received: model_path={path!r}, a {model.kind} model"
+        )
+    return model
 
 
 class SavedModelClassifierHandler(TextModelHandler):
@@ -56,11 +65,8 @@ class SavedModelClassifierHandler(TextModelHandler):
         self.attention, self.allow_unsafe = attention, allow_unsafe
 
     def load_model(self):
-        from keras_attn.loading.opener import SavedModelArtifact
-
         self.check_signature()
-        path = _saved_model_folder(self.model_path, "saved_model")
-        return SavedModelArtifact(path, self.allow_unsafe)
+        return _open_saved_model(self.model_path, self.allow_unsafe)
 
     def predict(self, model, texts):
         out = model.run(DEFAULT_SIGNATURE, {"text": _strings(texts)})
@@ -98,11 +104,9 @@ class SavedModelTranslatorHandler(TextModelHandler):
         self.signature, self.allow_unsafe = signature, allow_unsafe
 
     def load_model(self):
-        from keras_attn.loading.opener import SavedModelArtifact
-
         self.check_signature()
-        path = _saved_model_folder(self.model_path, "saved_model")
-        model = SavedModelArtifact(path, self.allow_unsafe)
+        model = _open_saved_model(self.model_path, self.allow_unsafe)
+        path = model.path
         if self.signature not in model.signatures:
             raise ValueError(
                 f"Expected a translator SavedModel with a {self.signature!r} "

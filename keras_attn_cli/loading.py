@@ -14,10 +14,11 @@ from keras_attn_runtime.opener import is_saved_model
 
 def load_classifier(path):
     """A `.keras` raw-text classifier: one string input, a dict output
-    with `probability` (the documented contract)."""
-    from keras_attn.loading.opener import KerasArtifact, check_classifier
+    with `probability` (the documented contract), opened as every model
+    is (`open_model`)."""
+    from keras_attn.loading.opener import check_classifier
 
-    model = KerasArtifact(path).model
+    model = getattr(open_model(path, flag="--model"), "model", None)
     check_classifier(model, path)
     return model
 
@@ -75,7 +76,7 @@ def known_words(model, texts):
 
 def load_translator(path, allow_unsafe=False):
     """The `translate` function of a translator SavedModel (the folder or
-    its parent), opened as every SavedModel is (`keras_attn.loading.opener`)."""
+    its parent), opened as every model is (`open_model`)."""
     inside = os.path.join(path, TRANSLATOR_FOLDER["saved_model"])
     if os.path.isdir(inside):
         path = inside
@@ -83,11 +84,11 @@ def load_translator(path, allow_unsafe=False):
         raise ValueError(
             f"No SavedModel translator in {path!r} (no saved_model.pb)."
         )
-    from keras_attn.loading.opener import SavedModelArtifact, signature_of
+    from keras_attn.loading.opener import signature_of
 
-    loaded = SavedModelArtifact(path, allow_unsafe).loaded
+    artifact = open_model(path, allow_unsafe=allow_unsafe, flag="--model")
     return signature_of(
-        loaded,
+        artifact.loaded,
         path,
         "translate",
         "a translator SavedModel (`keras-attn predict` runs a classifier)",
