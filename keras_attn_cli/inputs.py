@@ -131,15 +131,15 @@ def check_clause_lengths(translator, texts, flag="text"):
     """A clear error naming `flag`, before anything is printed, for a text
     with a piece longer than a LiteRT `translator` reads (the piece it
     would cut)."""
+    from keras_attn_runtime.signature import PromptTooLong
+
     for text in texts:
-        for piece in translator.pieces(text):
-            try:
-                translator.source_tokens(piece)
-            except ValueError:
-                kind = "words" if translator.subwords is None else "tokens"
-                raise ValueError(
-                    f"Expected at most {translator.length} {kind} per "
-                    "sentence or clause (the translator reads no more). "
-                    f"Received: {flag}={snippet(text)!r}; split it into "
-                    "shorter sentences"
-                ) from None
+        try:
+            translator.check_window(text)
+        except PromptTooLong as err:
+            raise ValueError(
+                f"Expected at most {err.limit} {err.unit} per sentence or "
+                "clause (the translator's window; it reads no more). "
+                f"Received: {flag}={snippet(text)!r}, {err.received} "
+                f"{err.unit}; split it into shorter sentences"
+            ) from None

@@ -70,9 +70,9 @@ def check_element(element):
 class WindowCheck:
     """A preprocessing step of the handlers whose model has a window
     (`LiteRTTranslatorHandler`, `BundleGeneratorHandler`): `element` back
-    if it fits the model's window (a translator's: each piece it cuts the
-    text into, `LiteRTTranslator.pieces`), else the `ValueError` naming
-    the count. The model is opened once a worker, on first use (pickled
+    if it fits the model's window (`LiteRTTranslator.check_window`,
+    `BundleGenerator.check_prompt`), else the `PromptTooLong` naming the
+    count. The model is opened once a worker, on first use (pickled
     as its path and kind)."""
 
     def __init__(self, model_path, kind="translator"):
@@ -94,8 +94,7 @@ class WindowCheck:
             from keras_attn_runtime.translator import LiteRTTranslator
 
             self._model = LiteRTTranslator(self.model_path)
-        for piece in self._model.pieces(text):
-            self._model.source_tokens(piece)
+        self._model.check_window(text)
         return element
 
 

@@ -246,15 +246,9 @@ class TranslatorArtifact:
 
     def check_prompt(self, text):
         """A `PromptTooLong` when a piece of `text` (a clause, for a file
-        that cuts long inputs) has more tokens than the file reads."""
-        translator = self.translator
-        for piece in translator.pieces(text):
-            count = translator.token_count(piece)
-            if count > translator.length:
-                per = " per clause" if translator.segmenter is not None else ""
-                raise PromptTooLong(
-                    translator.length, count, translator.token_unit, per
-                )
+        that cuts long inputs) has more tokens than the file reads
+        (`LiteRTTranslator.check_window`)."""
+        self.translator.check_window(text)
 
     def _stream(self, text, stop=None):
         """The pieces of `text`'s translation, until `stop` (a

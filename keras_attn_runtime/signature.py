@@ -97,3 +97,30 @@ class PromptTooLong(ValueError):
             f"Expected a text of at most {limit} {unit}{per} (the model's "
             f"window). Received: {received} {unit}"
         )
+
+
+def check_read_whole(outputs, texts=None):
+    """A `PromptTooLong` for a request one of whose texts a model read
+    only the start of (a translator SavedModel's `source_truncated`
+    output, a row a text; its window is `source_length`, else the
+    attention's width), naming the first such text of `texts` where they
+    are given; the one verdict of every door, where the model cannot
+    refuse before it runs."""
+    cut = outputs.get("source_truncated")
+    if cut is None:
+        return
+    cut = np.asarray(cut).reshape(-1)
+    if not cut.any():
+        return
+    limit = np.asarray(outputs.get("source_length", [0])).reshape(-1)[0]
+    if not limit and "attention" in outputs:
+        limit = np.asarray(outputs["attention"]).shape[-1]
+    err = PromptTooLong(
+        int(limit), "more", "source tokens", " a sentence or clause"
+    )
+    which = ""
+    if texts is not None:
+        text = str(texts[int(np.argmax(cut))])
+        which = f" in {text[:60]!r}{'...' if len(text) > 60 else ''}"
+    err.args = (f"{err}{which}; split it into shorter sentences",)
+    raise err

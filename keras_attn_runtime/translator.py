@@ -219,6 +219,20 @@ class LiteRTTranslator:
             )
         return found[: self.length], ids[: self.length]
 
+    def check_window(self, text):
+        """A `PromptTooLong` when a piece of `text` (a clause, for a file
+        that cuts long inputs: `pieces`) has more source tokens than the
+        file reads: the one window check of a LiteRT translator, made by
+        the server, the command line and the Beam handler before any
+        call."""
+        from keras_attn_runtime.signature import PromptTooLong
+
+        for piece in self.pieces(text):
+            count = self.token_count(piece)
+            if count > self.length:
+                per = " per clause" if self.segmenter is not None else ""
+                raise PromptTooLong(self.length, count, self.token_unit, per)
+
     @property
     def token_unit(self):
         """What the file reads: `"words"`, or `"subword tokens"`."""

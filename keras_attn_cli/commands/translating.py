@@ -16,7 +16,6 @@ from keras_attn_cli.inputs import (
     check_clause_lengths,
     check_sentences,
     read_texts,
-    snippet,
 )
 from keras_attn_cli.loading import (
     interruptible,
@@ -37,23 +36,13 @@ def _tokens(row):
     return [t.decode() for t in row if t]
 
 
-def _check_length(out, texts, flag="text"):
+def _check_length(out, texts):
     """A clear error when a translator read only the start of an input
-    (its `source_truncated` output)."""
-    if "source_truncated" not in out:
-        return
-    limit = out["attention"].shape[-1]
-    if "source_length" in out:  # a translator that cuts long inputs
-        limit = int(out["source_length"].numpy()[0])
-    for text, cut in zip(texts, out["source_truncated"].numpy(), strict=True):
-        if cut:
-            raise ValueError(
-                f"Expected at most {limit} words per sentence (source "
-                "tokens: a subword translator counts word pieces; the "
-                "translator reads no more). Received: "
-                f"{flag}={snippet(text)!r}; "
-                "split it into shorter sentences"
-            )
+    (`keras_attn_runtime.signature.check_read_whole`, the verdict every
+    door gives)."""
+    from keras_attn_runtime.signature import check_read_whole
+
+    check_read_whole({k: np.asarray(v) for k, v in out.items()}, texts)
 
 
 # Sentences a SavedModel translator gets in one call from `translate`:

@@ -37,7 +37,7 @@ from keras_attn_cli.serving import registry
 from keras_attn_cli.serving.admission import TooBusy
 from keras_attn_cli.serving.limits import RequestError, check_count
 from keras_attn_runtime.opener import ModelError, PromptTooLong
-from keras_attn_runtime.signature import DEFAULT_SIGNATURE
+from keras_attn_runtime.signature import DEFAULT_SIGNATURE, check_read_whole
 
 NotServed = registry.NotServed
 
@@ -163,8 +163,9 @@ async def predict(model, key, inputs, checked=False):
     """Signature `key` of `model` (a `ServedModel`) on `inputs`: each
     text checked against the model's window first (unless `checked`),
     then merged with other requests where the signature allows it, on
-    the model's executor. Raises the plane's errors: `PromptTooLong`,
-    `RequestError` (a text the model read only in part), `ModelFailed`."""
+    the model's executor. Raises the plane's errors: `PromptTooLong` (a
+    text past the window, or one the model read only in part),
+    `ModelFailed`."""
     if not checked:
         check_prompts(model.can, inputs)
     try:
@@ -177,7 +178,7 @@ async def predict(model, key, inputs, checked=False):
             )
     except ModelError as err:
         raise ModelFailed(model_error(err)) from None
-    check_truncated(out)
+    check_truncated(out, inputs)
     return out
 
 
@@ -199,22 +200,18 @@ def check_prompts(can, inputs):
         can.window(str(text))
 
 
-def check_truncated(outputs):
-    """A `RequestError` for a request one of whose texts the model read
-    only the start of (a translator's `source_truncated` output, on the
-    request's own rows): refused naming the window, as the command line
-    and every other door refuse it, rather than answered in part."""
-    cut = outputs.get("source_truncated")
-    if cut is None or not np.asarray(cut).any():
-        return
-    limit = np.asarray(outputs.get("source_length", [0])).reshape(-1)[0]
-    if not limit and "attention" in outputs:
-        limit = np.asarray(outputs["attention"]).shape[-1]
-    raise RequestError(
-        f"Expected at most {int(limit)} source tokens a sentence or clause "
-        "(the model's window; the translator reads no more). Received: a "
-        "text with a longer one; split it into shorter sentences"
-    )
+def check_truncated(outputs, inputs=None):
+    """A `PromptTooLong` for a request one of whose texts the model read
+    only the start of (`keras_attn_runtime.signature.check_read_whole`,
+    the verdict the command line gives too), rather than an answer in
+    part."""
+    texts = None if inputs is None else inputs.get("text")
+    if texts is not None:
+        texts = [
+            t.decode("utf-8", "replace") if isinstance(t, bytes) else t
+            for t in np.asarray(texts).reshape(-1)
+        ]
+    check_read_whole(outputs, texts)
 
 
 # --- Generating --------------------------------------------------------

@@ -229,7 +229,7 @@ def test_a_text_past_the_translators_window_is_a_dead_letter_alone():
         dead = dlq.failed_preprocessing[1] | beam.Map(
             lambda failed: (failed[0], failed[1][0].__name__)
         )
-        assert_that(dead, equal_to([(long, "ValueError")]), label="long")
+        assert_that(dead, equal_to([(long, "PromptTooLong")]), label="long")
         assert_that(
             dlq.failed_inferences, equal_to([]), label="no batch failed"
         )

@@ -129,8 +129,13 @@ def test_a_text_the_translator_read_in_part_is_refused_naming_the_window():
         "source_truncated": np.array([False, True]),
         "source_length": np.array([64, 64]),
     }
-    with pytest.raises(RequestError, match="at most 64 source tokens"):
+    from keras_attn_runtime.opener import PromptTooLong
+
+    with pytest.raises(PromptTooLong, match="at most 64 source tokens"):
         plane.check_truncated(cut)
+    texts = {"text": np.array([b"a b", b"c d e"], object)}
+    with pytest.raises(PromptTooLong, match="in 'c d e'; split it"):
+        plane.check_truncated(cut, texts)
 
 
 class Window:
