@@ -122,6 +122,16 @@ def prompt_ids(tokenizer, start_id, prefix, suffix, text):
     return [start_id, *tokenizer.encode(prompt, add_special_tokens=False).ids]
 
 
+def check_context(count, context_length):
+    """A `PromptTooLong` for a prompt of `count` tokens (as fed: start
+    token and template included) that leaves a decoder of
+    `context_length` no room to answer: the one window rule of a
+    decoder-only model, its bundle's and its Keras model's."""
+    limit = context_length - 1
+    if count > limit:
+        raise PromptTooLong(limit, count, "tokens")
+
+
 class TextPieces:
     """The text each token id adds to the text decoded so far: `add(id)`
     gives it (`""` while it may still change, `PieceByPiece`); special
@@ -226,10 +236,8 @@ class ServedFolder:
 
     def check_length(self, count):
         """A `PromptTooLong` for a prompt of `count` tokens that leaves
-        the model no room to answer in its context."""
-        limit = self.context_length - 1
-        if count > limit:
-            raise PromptTooLong(limit, count, "tokens")
+        the model no room to answer in its context (`check_context`)."""
+        check_context(count, self.context_length)
 
     def run(self, signature, inputs):
         texts = [t.decode("utf-8", "replace") for t in inputs["text"]]

@@ -146,8 +146,9 @@ class TextGenerator:
 
     def prompt_ids(self, text, check=True):
         """The ids the engine feeds for `text`: start token, then the
-        prompt with its prefix and suffix (a `ValueError` when they leave
-        no room in the context, unless `check=False`)."""
+        prompt with its prefix and suffix (a `PromptTooLong`, a
+        `ValueError`, when they leave no room in the context, unless
+        `check=False`)."""
         ids = folder_format.prompt_ids(
             self.tokenizer,
             self.tokenizer.token_to_id(self.start_token),
@@ -155,12 +156,8 @@ class TextGenerator:
             self.prompt_suffix,
             text,
         )
-        if check and len(ids) >= self.context_length:
-            raise ValueError(
-                f"Expected prompts of fewer than {self.context_length} "
-                f"tokens. Received: a prompt of {len(ids)} tokens, "
-                f"{text[:60]!r}"
-            )
+        if check:  # the runtime's rule, for the bundle and this model
+            folder_format.check_context(len(ids), self.context_length)
         return ids
 
     def generate_ids(self, texts, batch_size=64):

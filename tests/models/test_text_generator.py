@@ -78,7 +78,7 @@ def test_unknown_tokens_and_long_prompts_are_refused_by_name():
         generator(start_token="<s>")
     with pytest.raises(ValueError, match="stop_tokens='</s>'"):
         generator(stop_tokens=["</s>"])
-    with pytest.raises(ValueError, match="fewer than 16 tokens"):
+    with pytest.raises(ValueError, match="at most 15 tokens"):
         generator().generate([" ".join(["w7"] * 20)])
 
 
