@@ -11,8 +11,8 @@ from keras_attn_runtime.artifact import TRANSLATOR_FOLDER
 from keras_attn_runtime.opener import is_saved_model
 
 GET_MODELS = (
-    "No trained models found: install them with `pip install "
-    "keras-attn-models` (from a source tree: `pip install ./models`), or "
+    "No trained models found: install them with `pip install ./models` "
+    "in a checkout (the keras-attn-models distribution, docs/install.md), or "
     "pass --models DIR; `keras-attn demo` runs the generated-task demo."
 )
 

@@ -161,7 +161,11 @@ def _run(args):
         if args.verbose:
             traceback.print_exc()
         extra = _EXTRAS.get(top)
-        hint = f": pip install 'keras_attn[{extra}]'" if extra else ""
+        hint = (
+            f": pip install -e '.[{extra}]' in a checkout (docs/install.md)"
+            if extra
+            else ""
+        )
         print(
             f"keras-attn: error: this command needs the module {top!r}, "
             f"which is not installed{hint}",

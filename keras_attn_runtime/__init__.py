@@ -10,8 +10,8 @@ TensorFlow: for phones, single-board computers and NPU hosts.
     model = keras_attn_runtime.open("saved_models/imdb_edge")  # .tflite, .onnx
     model.run("serving_default", {"text": [b"A wonderful film."]})
 
-Installable on its own (`pip install ./runtime`, the `keras-attn-runtime`
-distribution) and shipped inside `keras_attn` as well.
+Its own distribution, `keras-attn-runtime` (`pip install ./runtime` from
+a checkout), which `keras_attn` depends on (docs/install.md).
 """
 
 from keras_attn_runtime.artifact import (

@@ -75,7 +75,8 @@ def test_without_models_a_verb_says_how_to_get_them(wheels, tmp_path):
     for args in ([], ["classify", "A wonderful film."], ["translate", "Hi."]):
         done = run([python, "-m", "keras_attn_cli", *args], cwd=empty, env=env)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
-        assert "pip install keras-attn-models" in done.stderr
+        said = done.stderr
+        assert "keras-attn-models" in said and "pip install ./models" in said
         assert done.stderr.count("\n") == 1
 
 

@@ -45,7 +45,7 @@ def translation_scores(hypotheses, references):
     except ImportError as error:  # pragma: no cover - depends on the install
         raise ImportError(
             "translation_scores needs sacrebleu: "
-            "pip install 'keras-attn[examples]'"
+            "pip install -e '.[examples]' in a checkout (docs/install.md)"
         ) from error
     hypotheses, references = list(hypotheses), [list(r) for r in references]
     if len(hypotheses) != len(references):

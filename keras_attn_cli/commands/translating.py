@@ -202,7 +202,8 @@ def translate(args):
             GET_MODELS
             if models_dir(args) is None
             else f"No translator under {models_dir(args)}; pass --model, or "
-            "install the shipped ones (`pip install keras-attn-models`)."
+            "install the shipped ones (`pip install ./models` in a checkout, "
+            "docs/install.md)."
         )
     texts = read_texts(args)
     check_sentences(texts)

@@ -592,7 +592,7 @@ def test_a_missing_extra_is_named(files, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "ai_edge_litert", None)
     monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
     code, _, err = cli(capsys, "predict", str(folder / "model.tflite"), "x")
-    assert_clean_error(code, err, "pip install 'keras_attn[export]'")
+    assert_clean_error(code, err, "pip install -e '.[export]'")
 
 
 def test_one_way_to_name_a_model_for_every_command(files, capsys, tmp_path):

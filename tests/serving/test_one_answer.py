@@ -17,6 +17,7 @@ import subprocess
 import sys
 import urllib.request
 
+import numpy as np
 import pytest
 
 from tests.paths import ROOT
@@ -110,8 +111,9 @@ def cli_translations(model, sentences, tmp_path):
     return {text: french for text, french in pairs}
 
 
-def grpc_answers(grpc_port, model, signature, output, texts):
-    """TensorFlow Serving's gRPC `Predict` of `texts` on `model`."""
+def grpc_outputs(grpc_port, model, signature, output, texts):
+    """TensorFlow Serving's gRPC `Predict` of `texts` on `model`: its
+    `output`, flat."""
     pytest.importorskip("tensorflow_serving")
     import grpc
     import tensorflow as tf
@@ -123,8 +125,13 @@ def grpc_answers(grpc_port, model, signature, output, texts):
         call.model_spec.name = model
         call.model_spec.signature_name = signature
         call.inputs["text"].CopyFrom(tf.make_tensor_proto(list(texts)))
+        call.output_filter.append(output)
         answer = stub.Predict(call, timeout=300)
-    values = tf.make_ndarray(answer.outputs[output]).reshape(-1)
+    return tf.make_ndarray(answer.outputs[output]).reshape(-1)
+
+
+def grpc_answers(grpc_port, model, signature, output, texts):
+    values = grpc_outputs(grpc_port, model, signature, output, texts)
     return [v.decode("utf-8") for v in values]
 
 
@@ -230,3 +237,79 @@ def test_every_door_gives_each_translator_one_answer(tmp_path):
 
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+CLASSIFIERS = {
+    # name: the Beam handler of the file the folder answers from
+    "imdb_ssa": ("keras_attn.beam", "SavedModelClassifierHandler"),
+    "imdb_edge": ("keras_attn_runtime.beam", "LiteRTClassifierHandler"),
+    "imdb_micro": ("keras_attn_runtime.beam", "LiteRTClassifierHandler"),
+}
+
+
+def test_every_door_gives_each_classifier_one_probability(tmp_path):
+    """The shipped classifiers: TensorFlow Serving's REST and gRPC, KServe
+    v2, `keras-attn predict` (four decimals) and the Beam handler give
+    each review the same probability (`imdb_ssa`, which holds a
+    SavedModel, a LiteRT file and a Keras file, answers from its
+    SavedModel everywhere)."""
+    import importlib
+
+    from tests.beam_cases import REVIEWS
+    from tests.serving.live import SHIPPED
+
+    reviews = REVIEWS[:12]
+    proc, port = start(*CLASSIFIERS)
+    try:
+        for model, (module, name) in CLASSIFIERS.items():
+            body = {"instances": reviews, "output_filter": ["probability"]}
+            status, answer = post(port, model, body)
+            assert status == 200, answer
+            rest = np.array(answer["predictions"], "float64").reshape(-1)
+            status, answer = infer(port, model, reviews, ["probability"])
+            assert status == 200, answer
+            v2 = np.array(answer["outputs"][0]["data"], "float64")
+            grpc = grpc_outputs(
+                proc.grpc_port, model, "serving_default", "probability", reviews
+            )
+            handler = getattr(importlib.import_module(module), name)(
+                os.path.join(SHIPPED, model)
+                if model == "imdb_ssa"
+                else served_file(os.path.join(SHIPPED, model))
+            )
+            results = handler.run_inference(reviews, handler.load_model())
+            beam = np.array([r.inference for r in results], "float64")
+            for door, got in (("v2", v2), ("gRPC", grpc), ("Beam", beam)):
+                np.testing.assert_allclose(got, rest, atol=1e-6, err_msg=door)
+            cli = cli_probabilities(model, reviews, tmp_path)
+            np.testing.assert_allclose(cli, rest, atol=5.1e-5, err_msg="CLI")
+        assert "(saved_model, the folder's first kind" in output_all(proc)
+    finally:
+        import signal
+
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def served_file(folder):
+    """The one `.tflite` of a shipped LiteRT classifier's folder."""
+    (name,) = [f for f in os.listdir(folder) if f.endswith(".tflite")]
+    return os.path.join(folder, name)
+
+
+def cli_probabilities(model, texts, tmp_path):
+    """`keras-attn predict MODEL --file` of `texts`: the printed
+    probabilities (four decimals)."""
+    source = tmp_path / f"{model}.txt"
+    source.write_text("\n".join(texts) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_attn_cli", "predict", model]
+        + ["--file", str(source)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    return np.array([float(r[0]) for r in rows if len(r) == 3], "float64")
