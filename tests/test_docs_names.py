@@ -70,3 +70,30 @@ def test_the_check_can_fail():
     assert resolves("keras_attn.export.length_axes")
     assert not resolves("keras_attn.litert_runtime")
     assert not resolves("keras_attn_runtime.LiteRTClassifier.no_such_method")
+
+
+# Names the CHANGELOG records as former, each with the name that replaced
+# it (which must resolve): any other name it gives must resolve.
+FORMER = {
+    "keras_attn.attention": "keras_attn.layers.attention",
+    "keras_attn.decoding": "keras_attn.seq2seq.greedy_search",
+    "keras_attn.edge_targets": "keras_attn.export.edge_targets",
+    "keras_attn.export.translator_file": "keras_attn.translation.files",
+    "keras_attn.seq2seq.contrastive": "keras_attn.seq2seq.contrastive_search",
+    "keras_attn.seq2seq.multilabel": "keras_attn.seq2seq.multilabel_search",
+    "keras_attn.tf_errors": "keras_attn_cli.tf_errors",
+    "keras_attn_cli.models": "keras_attn_cli.loading",
+    "keras_attn_cli.serve": "keras_attn_cli.serving.serve",
+}
+
+
+def test_the_changelog_names_what_exists_or_what_it_replaced():
+    keys = metadata_keys()
+    names = names_in("CHANGELOG.md")
+    missing = {n for n in names if n not in keys and not resolves(n)}
+    unknown = sorted(missing - set(FORMER))
+    assert not unknown, f"CHANGELOG.md names what does not exist: {unknown}"
+    for former, now in FORMER.items():
+        assert former in names, f"{former} is no longer in CHANGELOG.md"
+        assert not resolves(former), f"{former} exists: not a former name"
+        assert resolves(now), f"{former}'s replacement {now} does not resolve"
