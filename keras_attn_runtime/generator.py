@@ -132,6 +132,10 @@ def check_context(count, context_length):
         raise PromptTooLong(limit, count, "tokens")
 
 
+# Prompts whose ids a bundle's generator keeps (`prompt_ids`).
+PROMPTS_KEPT = 256
+
+
 class TextPieces:
     """The text each token id adds to the text decoded so far: `add(id)`
     gives it (`""` while it may still change, `PieceByPiece`); special
@@ -372,10 +376,29 @@ class BundleGenerator(ServedFolder):
         return found
 
     def prompt_ids(self, text):
-        """The ids the engine feeds for `text` (`prompt_ids`)."""
-        return prompt_ids(
-            self.tokenizer, self.start_id, self.prefix, self.suffix, text
-        )
+        """The ids the engine feeds for `text` (`prompt_ids`). A prompt is
+        tokenized once: the window check before a stream begins and the
+        stream itself read the same ids (the last `PROMPTS_KEPT` texts'
+        are kept)."""
+        kept = self.__dict__.setdefault("_prompts", {})
+        ids = kept.get(text)
+        if ids is None:
+            ids = tuple(
+                prompt_ids(
+                    self.tokenizer,
+                    self.start_id,
+                    self.prefix,
+                    self.suffix,
+                    text,
+                )
+            )
+            try:
+                if len(kept) >= PROMPTS_KEPT:  # the oldest goes
+                    kept.pop(next(iter(kept)), None)
+            except RuntimeError:  # another thread changed it meanwhile
+                pass
+            kept[text] = ids
+        return list(ids)
 
     def prompt_length(self, text):
         return len(self.prompt_ids(text))

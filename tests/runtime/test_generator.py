@@ -389,3 +389,30 @@ def test_a_failing_put_drops_its_stream_and_not_the_copy():
     # gives up after 60 s without a piece).
     items, _ = _handed(one, SENTENCES[0])
     assert "".join(items[:-1]).startswith("Je suis fatigu")
+
+
+def test_a_prompt_is_tokenized_once_for_its_window_and_its_stream():
+    """The server checks a prompt's window before its stream begins; the
+    stream then reads the same ids, not a second tokenization."""
+    from keras_attn_runtime.generator import BundleGenerator
+
+    one = BundleGenerator(LM, loops=1)
+    calls = []
+
+    class Counting:
+        def __init__(self, tokenizer):
+            self.inner = tokenizer
+
+        def encode(self, *args, **kwargs):
+            calls.append(args[0])
+            return self.inner.encode(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    one.tokenizer = Counting(one.tokenizer)
+    text = SENTENCES[0]
+    one.check_prompt(text)
+    alone = "".join(one.stream(text))
+    assert len(calls) == 1 and text in calls[0]
+    assert alone.startswith("Je suis fatigu")
