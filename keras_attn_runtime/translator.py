@@ -244,12 +244,26 @@ class LiteRTTranslator:
         return len(self._all_tokens(text)[0])
 
     def _all_tokens(self, text):
+        """`(tokens, ids)` of `text`, all of them. A text is tokenized
+        once: the window check (`check_window`) and the search read the
+        same tokens (the last `TEXTS_KEPT` texts' are kept)."""
         (text,) = as_texts([text], "text")
-        found = [t for t in self.standardize(text).split(" ") if t]
-        if self.subwords is None:
-            return found, [self.index.get(t, 1) for t in found]
-        ids, found = wordpiece(found, self.index, **self.subwords)
-        return found, ids
+        kept = self.__dict__.setdefault("_tokens_kept", {})
+        tokens = kept.get(text)
+        if tokens is None:
+            found = [t for t in self.standardize(text).split(" ") if t]
+            if self.subwords is None:
+                ids = [self.index.get(t, 1) for t in found]
+            else:
+                ids, found = wordpiece(found, self.index, **self.subwords)
+            tokens = (tuple(found), tuple(ids))
+            try:
+                if len(kept) >= TEXTS_KEPT:  # the oldest goes
+                    kept.pop(next(iter(kept)), None)
+            except RuntimeError:  # another thread changed it meanwhile
+                pass
+            kept[text] = tokens
+        return list(tokens[0]), list(tokens[1])
 
     def source_words(self, text, truncate=False):
         """The source tokens of `text` (see `source_tokens`)."""
@@ -470,6 +484,9 @@ class LiteRTTranslator:
             joined = re.sub(pattern, rewrite, joined)
         return joined.strip()
 
+
+# Texts whose tokens a translator keeps (`_all_tokens`).
+TEXTS_KEPT = 256
 
 # A streaming translator file's beam settings, in its config.
 BEAM_SETTINGS = ("beam_width", "length_penalty", "coverage_penalty")

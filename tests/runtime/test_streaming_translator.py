@@ -98,6 +98,12 @@ def test_translate_stream_prints_the_streamed_words(tmp_path, capsys):
     path = str(tmp_path / "streaming.tflite")
     export_streaming_translator(translator, path)
     want = LiteRTTranslator(path).translate("a b c")
+    # A text is tokenized once for its window check and its search.
+    once, seen = LiteRTTranslator(path), []
+    standardize = once.standardize
+    once.standardize = lambda text: seen.append(text) or standardize(text)
+    once.check_window("a b c")
+    assert once.answer("a b c") == want and seen == ["a b c"]
     args = ["translate", "--stream", "--model", str(tmp_path), "a b c"]
     assert keras_attn_cli.main(args) == 0
     out = capsys.readouterr().out
