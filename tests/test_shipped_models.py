@@ -233,8 +233,10 @@ def test_translate_command_refuses_too_long_input_clearly():
     long = " ".join(["very"] * (limit + 10)) + " long."
     proc = _cli("translate", "Thank you.", long)
     assert proc.returncode == 2, proc.stdout
-    assert f"keras-attn: error: Expected at most {limit} words" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    said = proc.stderr
+    assert f"keras-attn: error: Expected a text of at most {limit} " in said
+    assert "(the model's window)" in said and "in 'very very" in said
+    assert "Traceback" not in said and said.count("\n") == 1
 
 
 EDGE = os.path.join(SHIPPED, "imdb_edge")
