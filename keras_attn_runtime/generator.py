@@ -43,7 +43,7 @@ from keras_attn_runtime.signature import (
     PromptTooLong,
     Signature,
 )
-from keras_attn_runtime.text import PieceByPiece
+from keras_attn_runtime.text import Kept, PieceByPiece
 from keras_attn_runtime.turns import END, Line
 
 FORMAT, VERSION = "keras_attn.text_generator", 1
@@ -380,25 +380,15 @@ class BundleGenerator(ServedFolder):
         tokenized once: the window check before a stream begins and the
         stream itself read the same ids (the last `PROMPTS_KEPT` texts'
         are kept)."""
-        kept = self.__dict__.setdefault("_prompts", {})
-        ids = kept.get(text)
-        if ids is None:
-            ids = tuple(
-                prompt_ids(
-                    self.tokenizer,
-                    self.start_id,
-                    self.prefix,
-                    self.suffix,
-                    text,
-                )
+        kept = self.__dict__.setdefault("_prompts", Kept(PROMPTS_KEPT))
+        return list(kept.get(text, self._tokenized))
+
+    def _tokenized(self, text):
+        return tuple(
+            prompt_ids(
+                self.tokenizer, self.start_id, self.prefix, self.suffix, text
             )
-            try:
-                if len(kept) >= PROMPTS_KEPT:  # the oldest goes
-                    kept.pop(next(iter(kept)), None)
-            except RuntimeError:  # another thread changed it meanwhile
-                pass
-            kept[text] = ids
-        return list(ids)
+        )
 
     def prompt_length(self, text):
         return len(self.prompt_ids(text))

@@ -468,3 +468,25 @@ class PieceByPiece:
     def rest(self, final):
         """What `final` adds past what was sent (`""` if nothing)."""
         return final[len(self.sent) :] if final != self.sent else ""
+
+
+class Kept:
+    """The tokens of the last `limit` texts, each made once (`get(text,
+    make)`: `make(text)`'s tuple): what lets a window check and the
+    decoding that follows it read one tokenization. Threads may share it
+    (a race makes a text twice, never wrongly)."""
+
+    def __init__(self, limit=256):
+        self.limit, self.tokens = limit, {}
+
+    def get(self, text, make):
+        tokens = self.tokens.get(text)
+        if tokens is None:
+            tokens = make(text)
+            try:
+                if len(self.tokens) >= self.limit:  # the oldest goes
+                    self.tokens.pop(next(iter(self.tokens)), None)
+            except RuntimeError:  # another thread changed it meanwhile
+                pass
+            self.tokens[text] = tokens
+        return tokens

@@ -28,6 +28,7 @@ from keras_attn_runtime.streaming import StreamingDecoder
 from keras_attn_runtime.text import (
     STANDARDIZERS,
     UNKNOWN_WORDS,
+    Kept,
     PieceByPiece,
     as_texts,
     detokenizer,
@@ -248,22 +249,17 @@ class LiteRTTranslator:
         once: the window check (`check_window`) and the search read the
         same tokens (the last `TEXTS_KEPT` texts' are kept)."""
         (text,) = as_texts([text], "text")
-        kept = self.__dict__.setdefault("_tokens_kept", {})
-        tokens = kept.get(text)
-        if tokens is None:
-            found = [t for t in self.standardize(text).split(" ") if t]
-            if self.subwords is None:
-                ids = [self.index.get(t, 1) for t in found]
-            else:
-                ids, found = wordpiece(found, self.index, **self.subwords)
-            tokens = (tuple(found), tuple(ids))
-            try:
-                if len(kept) >= TEXTS_KEPT:  # the oldest goes
-                    kept.pop(next(iter(kept)), None)
-            except RuntimeError:  # another thread changed it meanwhile
-                pass
-            kept[text] = tokens
-        return list(tokens[0]), list(tokens[1])
+        kept = self.__dict__.setdefault("_tokens_kept", Kept(TEXTS_KEPT))
+        found, ids = kept.get(text, self._tokenized)
+        return list(found), list(ids)
+
+    def _tokenized(self, text):
+        found = [t for t in self.standardize(text).split(" ") if t]
+        if self.subwords is None:
+            ids = [self.index.get(t, 1) for t in found]
+        else:
+            ids, found = wordpiece(found, self.index, **self.subwords)
+        return tuple(found), tuple(ids)
 
     def source_words(self, text, truncate=False):
         """The source tokens of `text` (see `source_tokens`)."""
