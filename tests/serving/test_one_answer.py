@@ -91,11 +91,12 @@ def cli_exit(model, text):
     )
 
 
-def cli_translations(model, sentences, tmp_path):
-    source = tmp_path / f"{os.path.basename(model)}.txt"
-    source.write_text("\n".join(sentences) + "\n")
+def cli_lines(verb, model, texts, tmp_path):
+    """The lines `keras-attn VERB MODEL --file` prints for `texts`."""
+    source = tmp_path / f"{verb}-{os.path.basename(model)}.txt"
+    source.write_text("\n".join(texts) + "\n")
     done = subprocess.run(
-        [sys.executable, "-m", "keras_attn_cli", "translate", model]
+        [sys.executable, "-m", "keras_attn_cli", verb, model]
         + ["--file", str(source)],
         cwd=ROOT,
         capture_output=True,
@@ -103,9 +104,13 @@ def cli_translations(model, sentences, tmp_path):
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.splitlines()
+
+
+def cli_translations(model, sentences, tmp_path):
     pairs = [
         line.split("  ->  ", 1)
-        for line in done.stdout.splitlines()
+        for line in cli_lines("translate", model, sentences, tmp_path)
         if "  ->  " in line
     ]
     return {text: french for text, french in pairs}
@@ -300,16 +305,6 @@ def served_file(folder):
 def cli_probabilities(model, texts, tmp_path):
     """`keras-attn predict MODEL --file` of `texts`: the printed
     probabilities (four decimals)."""
-    source = tmp_path / f"{model}.txt"
-    source.write_text("\n".join(texts) + "\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "keras_attn_cli", "predict", model]
-        + ["--file", str(source)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    lines = cli_lines("predict", model, texts, tmp_path)
+    rows = [line.split("\t") for line in lines]
     return np.array([float(r[0]) for r in rows if len(r) == 3], "float64")
