@@ -1,11 +1,22 @@
-"""The Python in the guides runs as written: a page's blocks in order, as
-one script (a later block may use an earlier one's names), in a scratch
-folder that holds the shipped models. A block that cannot run here says
-why just above its fence: `<!-- not run: REASON -->`."""
+"""The code in the guides runs as written.
+
+A page's Python and shell blocks run in order as one script (the Python
+in one namespace, so a later block may use an earlier one's names; a
+shell block through `bash -euo pipefail`), in a scratch folder that
+holds the shipped models and the recipes. A ```text block right after
+a block that runs is what that block prints, `...` standing for any text.
+
+A block that cannot run here says why just above its fence:
+`<!-- not run: REASON -->`. A `<!-- server -->` block is a
+`keras-attn serve` command: the test starts it on free ports before the
+page's other blocks (the page's 8501 and 8500 stand for them) and stops
+it after them.
+"""
 
 import glob
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -19,51 +30,173 @@ GUIDES = sorted(
     for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
     if os.path.basename(p) != "benchmarks-history.md"
 )
-BLOCK = re.compile(
-    r"(?:<!-- not run: (?P<why>.*?) -->\n)?```python\n(?P<code>.*?)```",
+FENCE = re.compile(
+    r"(?:<!-- (?P<note>not run: .*?|server) -->\n)?"
+    r"```(?P<lang>[^\n`]*)\n(?P<code>.*?)```[ \t]*(?:\n|$)",
     flags=re.S,
 )
+SHELL = "bash"
+RUN = ("python", SHELL)
+# Languages a block may declare: code that runs, what it prints, and
+# files shown as they are. Python and shell code go by these two names
+# only, so that none hides under another.
+LANGUAGES = {*RUN, "text", "json", "yaml", "protobuf", "toml"}
+HTTP, GRPC = "8501", "8500"
 # Files a page's blocks read, made in the scratch folder first.
 INPUTS = {
     "docs/batch_inference.md": {
         "english.txt": "I am tired.\nWhere is the station?\n",
     },
+    "docs/start-batch.md": {
+        "reviews.txt": "A wonderful film.\nDull and far too long.\n",
+    },
 }
+SEPARATOR = "----8<---- the end of a block ----8<----"
+
+
+class Block:
+    def __init__(self, match):
+        self.lang = match.group("lang").strip()
+        self.code = match.group("code")
+        note = match.group("note") or ""
+        self.why = note[len("not run: ") :] if note.startswith("not") else None
+        self.server = note == "server"
+        self.expected = None  # what it prints, where the page says
+        self.span = match.span()
+
+    @property
+    def runs(self):
+        return self.lang in RUN and self.why is None and not self.server
 
 
 def blocks(page):
-    """`[(code, reason it is not run, or None)]` of `page`'s Python."""
+    """The page's fenced blocks, each `runs` one given its `expected`
+    output when a ```text block follows it directly."""
     with open(os.path.join(ROOT, page), encoding="utf-8") as f:
-        return [
-            (m.group("code"), m.group("why")) for m in BLOCK.finditer(f.read())
-        ]
+        text = f.read()
+    found = [Block(m) for m in FENCE.finditer(text)]
+    for before, after in zip(found, found[1:], strict=False):
+        between = text[before.span[1] : after.span[0]]
+        if before.runs and after.lang == "text" and not between.strip():
+            before.expected = after.code
+    return found
 
 
 def runnable(page):
-    return [code for code, why in blocks(page) if why is None]
+    return [b for b in blocks(page) if b.runs]
 
 
-def test_every_python_block_runs_or_says_why_not():
-    marked = [(page, why) for page in GUIDES for _, why in blocks(page) if why]
+def test_every_block_declares_a_language_we_know():
+    wrong = [
+        (page, b.lang or "(none)", b.code.splitlines()[0][:60])
+        for page in GUIDES
+        for b in blocks(page)
+        if b.lang not in LANGUAGES
+    ]
+    assert not wrong, wrong
+
+
+def test_every_code_block_runs_or_says_why_not():
+    marked = [(page, b.why) for page in GUIDES for b in blocks(page) if b.why]
     assert all(len(why.split()) >= 4 for _, why in marked), marked
+    assert all(b.lang in RUN for page in GUIDES for b in blocks(page) if b.why)
     ran = [page for page in GUIDES if runnable(page)]
-    assert "docs/seq2seq.md" in ran and len(ran) >= 5, ran
+    assert "docs/seq2seq.md" in ran and len(ran) >= 9, ran
     assert sorted(INPUTS) == sorted(set(INPUTS) & set(ran))
+    servers = [b for page in GUIDES for b in blocks(page) if b.server]
+    assert servers and all(
+        b.code.startswith("keras-attn serve ") for b in servers
+    )
+
+
+def test_expected_output_is_read_with_its_wildcards():
+    assert matches("P = 0.2...\nok", "P = 0.2041  \nok\n")
+    assert not matches("P = 0.2...\nok", "P = 0.3\nok")
+    assert not matches("one\ntwo", "one\ntwo\nthree")
+
+
+def matches(expected, got):
+    def lines(text):
+        return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+    parts = lines(expected).split("...")
+    pattern = ".*?".join(re.escape(part) for part in parts)
+    return re.fullmatch(pattern, lines(got), flags=re.S) is not None
+
+
+def script(page, ports):
+    """One Python script of `page`'s blocks that run, a separator printed
+    after each."""
+    lines = [
+        "import subprocess as _subprocess, sys as _sys",
+        "def _shell(code):",
+        "    _sys.stdout.flush()",
+        "    done = _subprocess.run(['bash', '-euo', 'pipefail', '-c', code],",
+        "                           capture_output=True, text=True)",
+        "    _sys.stdout.write(done.stdout)",
+        "    if done.returncode:",
+        "        raise SystemExit(f'{code}\\nexited {done.returncode}:\\n'",
+        "                         + done.stderr[-3000:])",
+    ]
+    for block in runnable(page):
+        code = block.code
+        for shown, port in ports.items():
+            code = code.replace(shown, port)
+        lines.append(code if block.lang == "python" else f"_shell({code!r})")
+        lines.append(f"print('\\n' + {SEPARATOR!r}, flush=True)")
+    return "\n".join(lines)
+
+
+def start_server(page):
+    """The page's `<!-- server -->` (a `live.start` process and the
+    ports that replace the page's), or `(None, {})`."""
+    found = [b for b in blocks(page) if b.server]
+    if not found:
+        return None, {}
+    from tests.serving import live
+
+    (block,) = found
+    argv = shlex.split(block.code.strip())[2:]  # after `keras-attn serve`
+    for flag in ("--port", "--grpc-port"):
+        if flag in argv:
+            at = argv.index(flag)
+            del argv[at : at + 2]
+    proc, port = live.start(*argv)
+    return proc, {HTTP: str(port), GRPC: str(proc.grpc_port)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [p for p in GUIDES if runnable(p)])
-def test_a_pages_python_runs(page, tmp_path):
-    os.symlink(os.path.join(ROOT, "saved_models"), tmp_path / "saved_models")
+def test_a_pages_code_runs(page, tmp_path):
+    for folder in ("saved_models", "recipes"):
+        os.symlink(os.path.join(ROOT, folder), tmp_path / folder)
     for name, text in INPUTS.get(page, {}).items():
         (tmp_path / name).write_text(text)
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    done = subprocess.run(
-        [sys.executable, "-c", "\n".join(runnable(page))],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    bin_dir = os.path.dirname(sys.executable)
+    env = {
+        **os.environ,
+        "PYTHONPATH": ROOT,
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+    }
+    proc, ports = start_server(page)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script(page, ports)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+        )
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(60)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    printed = done.stdout.split(SEPARATOR)
+    for block, got in zip(runnable(page), printed, strict=False):
+        if block.expected is not None:
+            expected = block.expected
+            for shown, port in ports.items():
+                expected = expected.replace(shown, port)
+            assert matches(expected, got), (block.code, got)

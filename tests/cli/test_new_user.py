@@ -1,5 +1,5 @@
 """What a new user met with the docs in hand, each case failing first:
-commands that refused a model the README names, text with no word that
+commands that refused a model the docs name, text with no word that
 was translated anyway, errors that wrote or printed before failing,
 lines that went missing."""
 

@@ -1,6 +1,6 @@
 """Bad input to the layers: masks of the wrong shape or dtype.
 
-The rest of the bad-input table (README, "Bad input") is tested beside
+The rest of the bad-input table (docs/export.md, "Bad input") is tested beside
 each layer (`test_invalid_arguments`, `test_invalid_inputs`), in
 `test_positional.py`, and for files and the CLI in `test_export.py`.
 """

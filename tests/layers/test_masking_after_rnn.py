@@ -75,7 +75,7 @@ def test_a_mask_by_name_survives_a_recurrent_layer(rnn, kind):
 
 
 def test_the_readme_model_keeps_padding_out_of_the_attention():
-    # README's "A model in twenty lines", as written there.
+    # docs/start-layers.md's classifier, as written there.
     tokens = keras.Input((None,), dtype="int32")
     mask = keras.ops.not_equal(tokens, 0)  # 0 = padding
     x = keras.layers.Embedding(1000, 32, mask_zero=True)(tokens)
