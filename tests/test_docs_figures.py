@@ -10,6 +10,11 @@ from tests.paths import ROOT
 MODELS = os.path.join(ROOT, "saved_models")
 
 
+def metric_file(model, name):
+    with open(os.path.join(MODELS, model, name), encoding="utf-8") as f:
+        return json.load(f)
+
+
 def metric(model, *keys):
     value = metric_file(model, "metrics.json")
     for key in keys:
@@ -101,8 +106,3 @@ def test_the_edge_pages_sizes_and_scores_are_the_shipped_files():
     assert f"{arena:,}-byte arena" in " ".join(
         table["imdb_micro/model_int8.tflite"]
     )
-
-
-def metric_file(model, name):
-    with open(os.path.join(MODELS, model, name), encoding="utf-8") as f:
-        return json.load(f)
