@@ -17,7 +17,7 @@ NAME = re.compile(r"`(keras_attn(?:_cli|_runtime)?(?:\.[A-Za-z_][\w]*)+)")
 PAGES = ["README.md"] + sorted(
     os.path.relpath(p, ROOT)
     for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
-    if os.path.basename(p) != "benchmarks-history.md"
+    if not os.path.basename(p).endswith("-history.md")
 )
 
 

@@ -1,0 +1,82 @@
+"""Every `keras-attn VERB ... --flag` the README and the guides write is
+a flag that verb takes: a command in the docs is one the parser accepts
+as far as its flags go (the command-line reference is generated from the
+same parser)."""
+
+import argparse
+import glob
+import os
+import re
+import shlex
+
+import pytest
+
+from tests.paths import ROOT
+
+PAGES = ["README.md"] + sorted(
+    os.path.relpath(p, ROOT)
+    for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
+    if not os.path.basename(p).endswith("-history.md")
+)
+# A command in a code block's line, or in an inline code span.
+COMMAND = re.compile(r"(?:^|`)(keras-attn(?: [^`\n]*)?)", re.M)
+
+
+def verbs():
+    """`{verb: its flags}`, each with the flags every verb takes."""
+    from keras_attn_cli.parser import build_parser
+
+    parser = build_parser()
+    (commands,) = [
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+    ]
+    common = set(parser._option_string_actions)
+    return {
+        verb: common | set(sub._option_string_actions)
+        for verb, sub in commands.choices.items()
+    }
+
+
+def commands(page):
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        text = f.read()
+    for match in COMMAND.finditer(text):
+        line = match.group(1).split(" #")[0].rstrip("\\ ")
+        try:
+            words = shlex.split(line)
+        except ValueError:  # a quote the span cuts
+            words = line.split()
+        yield words[1:]
+
+
+def unknown_flags(words, known):
+    """The flags of `words` (a command line after `keras-attn`) that its
+    verb does not take, or `None` when it names no verb."""
+    verb = next((w for w in words if not w.startswith("-")), None)
+    if verb not in known:
+        return None
+    flags = {
+        w.split("=")[0]
+        for w in words
+        if re.fullmatch(r"--?[a-z][\w-]*(=.*)?", w)
+    }
+    return sorted(flags - known[verb])
+
+
+def test_the_check_reads_a_command_as_the_parser_would():
+    known = {"serve": {"--port", "--prefer", "-h"}}
+    assert unknown_flags(["serve", "--port", "8501"], known) == []
+    assert unknown_flags(["serve", "--prot", "1"], known) == ["--prot"]
+    assert unknown_flags(["serve", "--prefer=litert"], known) == []
+    assert unknown_flags(["MODEL.keras"], known) is None
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_flag_the_docs_give_a_verb_is_the_verbs(page):
+    known = verbs()
+    wrong = []
+    for words in commands(page):
+        found = unknown_flags(words, known)
+        if found:
+            wrong.append((" ".join(words)[:80], found))
+    assert not wrong, wrong
