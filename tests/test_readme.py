@@ -45,7 +45,7 @@ def test_the_front_page_stays_a_front_page():
 
 def test_each_kind_of_user_has_a_first_page_that_runs():
     text = read(README)
-    from tests.test_docs_code import runnable
+    from tests.docs_blocks import runnable
 
     for page in START_PAGES:
         assert f"]({page})" in text, page
