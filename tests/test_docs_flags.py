@@ -80,3 +80,54 @@ def test_every_flag_the_docs_give_a_verb_is_the_verbs(page):
         if found:
             wrong.append((" ".join(words)[:80], found))
     assert not wrong, wrong
+
+
+def shown_default(cell):
+    """A table cell's default as a value: `1 MiB`, `100,000`, `10 s`,
+    `auto: ...`."""
+    text = cell.strip("`").split(":")[0].strip()
+    number = re.fullmatch(r"([\d,.]+)\s*(MiB|KiB|s|ms)?", text)
+    if number is None:
+        return text
+    value = float(number.group(1).replace(",", ""))
+    return value * {"MiB": 1 << 20, "KiB": 1 << 10}.get(number.group(2), 1)
+
+
+def test_the_defaults_the_docs_tabulate_are_the_parsers():
+    from keras_attn_cli.parser import build_parser
+
+    parser = build_parser()
+    (commands,) = [
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+    ]
+    actions = {
+        flag: action
+        for sub in commands.choices.values()
+        for action in sub._actions
+        for flag in action.option_strings
+    }
+    checked = []
+    for page in PAGES:
+        with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        header = None
+        for line in lines:
+            if not line.startswith("|"):
+                header = None
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if header is None:
+                header = [c.lower() for c in cells]
+                continue
+            if len(header) < 2 or header[1] != "default":
+                continue
+            flag = cells[0].strip("`")
+            if flag in actions:
+                default = actions[flag].default
+                shown = shown_default(cells[1])
+                if isinstance(default, (int, float)):
+                    assert shown == float(default), (page, flag, cells[1])
+                else:
+                    assert shown == str(default or "auto"), (page, flag)
+                checked.append(flag)
+    assert "--max-body-bytes" in checked and len(checked) >= 6, checked
