@@ -40,7 +40,8 @@ SEPARATOR = "----8<---- the end of a block ----8<----"
 
 class Block:
     def __init__(self, match):
-        self.lang = match.group("lang").strip()
+        # The language, before any attribute (`text title="Output"`).
+        self.lang = (match.group("lang").split() or [""])[0]
         self.code = match.group("code")
         note = match.group("note") or ""
         self.why = note[len("not run: ") :] if note.startswith("not") else None
