@@ -22,18 +22,24 @@ PAGES = ["README.md"] + sorted(
 COMMAND = re.compile(r"(?:^|`)(keras-attn(?: [^`\n]*)?)", re.M)
 
 
-def verbs():
-    """`{verb: its flags}`, each with the flags every verb takes."""
+def subcommands():
+    """`(the parser, {verb: its subparser})` of `keras-attn`."""
     from keras_attn_cli.parser import build_parser
 
     parser = build_parser()
     (commands,) = [
         a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
     ]
+    return parser, commands.choices
+
+
+def verbs():
+    """`{verb: its flags}`, each with the flags every verb takes."""
+    parser, subs = subcommands()
     common = set(parser._option_string_actions)
     return {
         verb: common | set(sub._option_string_actions)
-        for verb, sub in commands.choices.items()
+        for verb, sub in subs.items()
     }
 
 
@@ -94,15 +100,10 @@ def shown_default(cell):
 
 
 def test_the_defaults_the_docs_tabulate_are_the_parsers():
-    from keras_attn_cli.parser import build_parser
-
-    parser = build_parser()
-    (commands,) = [
-        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
-    ]
+    _, subs = subcommands()
     actions = {
         flag: action
-        for sub in commands.choices.values()
+        for sub in subs.values()
         for action in sub._actions
         for flag in action.option_strings
     }
