@@ -80,6 +80,13 @@ def matches(expected, got):
     return re.fullmatch(pattern, lines(got), flags=re.S) is not None
 
 
+def with_ports(text, ports):
+    """`text` with the page's ports (8501, 8500) replaced by the server's."""
+    for shown, port in ports.items():
+        text = text.replace(shown, port)
+    return text
+
+
 def script(page, ports):
     """One Python script of `page`'s blocks that run, a separator printed
     after each."""
@@ -95,9 +102,7 @@ def script(page, ports):
         "                         + done.stderr[-3000:])",
     ]
     for block in runnable(page):
-        code = block.code
-        for shown, port in ports.items():
-            code = code.replace(shown, port)
+        code = with_ports(block.code, ports)
         lines.append(code if block.lang == "python" else f"_shell({code!r})")
         lines.append(f"print('\\n' + {SEPARATOR!r}, flush=True)")
     return "\n".join(lines)

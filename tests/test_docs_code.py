@@ -30,6 +30,7 @@ from tests.docs_blocks import (
     runnable,
     script,
     start_server,
+    with_ports,
 )
 from tests.paths import ROOT
 
@@ -94,7 +95,5 @@ def test_a_pages_code_runs(page, tmp_path):
     printed = done.stdout.split(SEPARATOR)
     for block, got in zip(runnable(page), printed, strict=False):
         if block.expected is not None:
-            expected = block.expected
-            for shown, port in ports.items():
-                expected = expected.replace(shown, port)
+            expected = with_ports(block.expected, ports)
             assert matches(expected, got), (block.code, got)
