@@ -1,28 +1,28 @@
 """docs/seq2seq.md: our side of each snippet runs as written, in order.
 
-Blocks marked ```python are ours and run; the tfa.seq2seq blocks are
-marked ```py (tfa does not install with TensorFlow 2.16+) and do not.
+Our blocks run; the tfa.seq2seq blocks are marked as not run (tfa does
+not install with TensorFlow 2.16+). `tests/docs_blocks.py` reads both.
 """
 
 import contextlib
 import io
 import os
-import re
 
 import pytest
 
 from tests.backend import training
+from tests.docs_blocks import blocks
 from tests.paths import ROOT
 
-DOC = os.path.join(ROOT, "docs", "seq2seq.md")
+PAGE = os.path.join("docs", "seq2seq.md")
+DOC = os.path.join(ROOT, PAGE)
 
 
 @pytest.mark.slow
 def test_migration_guide_snippets_run():
-    with open(DOC, encoding="utf-8") as f:
-        text = f.read()
-    ours = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    theirs = re.findall(r"```py\n(.*?)```", text, flags=re.S)
+    found = [b for b in blocks(PAGE) if b.lang == "python"]
+    ours = [b.code for b in found if b.runs]
+    theirs = [b.code for b in found if b.why and "tfa" in b.why]
     assert len(ours) >= 4 and len(theirs) >= 2
     printed = io.StringIO()
     # As a user runs them: autograd on under PyTorch (the test session

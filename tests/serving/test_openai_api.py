@@ -697,7 +697,7 @@ def test_a_seeded_sample_through_openais_client_is_the_same_every_time(
 
 @pytest.mark.slow
 def test_the_curl_example_in_the_docs_streams_the_translation(lm_client):
-    # docs/serving.md's `curl -N` example, run as written against this
+    # docs/serving.md's `curl -sN` example, run as written against this
     # server's port: its events join to the folder's answer.
     import shutil
     import subprocess
@@ -708,7 +708,7 @@ def test_the_curl_example_in_the_docs_streams_the_translation(lm_client):
         pytest.skip("curl is not installed")
     with open(os.path.join(ROOT, "docs", "serving.md"), encoding="utf-8") as f:
         text = f.read()
-    start = text.index("curl -N")
+    start = text.index("curl -sN")
     command = text[start : text.index("```", start)].replace("\\\n", " ")
     command = command.replace("localhost:8501", f"127.0.0.1:{lm_client.port}")
     done = subprocess.run(
