@@ -697,20 +697,21 @@ def test_a_seeded_sample_through_openais_client_is_the_same_every_time(
 
 @pytest.mark.slow
 def test_the_curl_example_in_the_docs_streams_the_translation(lm_client):
-    # docs/serving.md's `curl -sN` example, run as written against this
-    # server's port: its events join to the folder's answer.
+    # docs/serving.md's streamed curl example, run as written against
+    # this server's port: its events join to the folder's answer.
     import shutil
     import subprocess
 
-    from tests.paths import ROOT
+    from tests.docs_blocks import blocks, with_ports
 
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed")
-    with open(os.path.join(ROOT, "docs", "serving.md"), encoding="utf-8") as f:
-        text = f.read()
-    start = text.index("curl -sN")
-    command = text[start : text.index("```", start)].replace("\\\n", " ")
-    command = command.replace("localhost:8501", f"127.0.0.1:{lm_client.port}")
+    (block,) = [
+        b
+        for b in blocks(os.path.join("docs", "serving.md"))
+        if b.lang == "bash" and '"stream": true' in b.code
+    ]
+    command = with_ports(block.code, {"8501": str(lm_client.port)})
     done = subprocess.run(
         command, shell=True, capture_output=True, text=True, timeout=120
     )
