@@ -10,7 +10,6 @@ import concurrent.futures
 import http.client
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -812,35 +811,6 @@ def test_tensorflow_serving_grpc_client_gets_what_rest_gives(served):
             stub.Predict(call, timeout=60)
         assert refused.value.code().name == code, refused.value.details()
     channel.close()
-
-
-def test_the_client_examples_in_the_docs_run_as_written(served):
-    """docs/serving.md's Python examples (TensorFlow Serving's gRPC
-    client, Triton's), each in its own process, against this server's
-    ports."""
-    pytest.importorskip("tensorflow_serving")
-    pytest.importorskip("tritonclient")
-    http_port, grpc_port = served
-    with open(os.path.join(ROOT, "docs", "serving.md"), encoding="utf-8") as f:
-        text = f.read()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 2
-    for block in blocks:
-        code = block.replace("localhost:8500", f"127.0.0.1:{grpc_port}")
-        code = code.replace("localhost:8501", f"127.0.0.1:{http_port}")
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        if "openai" in code:  # OpenAI's client: a translation
-            assert done.stdout.strip().startswith("Je "), done.stdout
-            continue
-        value = float(re.findall(r"[\d.]+(?:e-?\d+)?", done.stdout)[-1])
-        assert 0.5 < value <= 1.0, done.stdout  # "A wonderful film."
 
 
 def test_numbered_versions_are_served_as_tensorflow_serving_serves_them(
