@@ -41,3 +41,25 @@ LAYER_SUITE = [
     "tests/training/test_distribute.py",
     "tests/test_explain_attribution.py",
 ]
+
+
+def backend_env(backend, compile_cache):
+    """The environment variables of a subprocess that runs tests on
+    `backend`, on the CPU.
+
+    JAX keeps the programs it compiles in the folder `compile_cache` and
+    reads them back by their contents. The suite compiles many programs
+    equal to one compiled before (a loop's body is a new Python function
+    at every call, which JAX's own cache tells apart), and on JAX
+    compiling is most of the suite's time. Give each subprocess a
+    folder of its own (`tmp_path`): the cache takes no lock when two
+    processes write at once.
+    """
+    return {
+        "KERAS_BACKEND": backend,
+        "JAX_PLATFORMS": "cpu",
+        "CUDA_VISIBLE_DEVICES": "",
+        "JAX_COMPILATION_CACHE_DIR": str(compile_cache),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }

@@ -14,25 +14,19 @@ import sys
 import keras
 import pytest
 
-from tests.suites import LAYER_SUITE  # noqa: F401
+from tests.suites import LAYER_SUITE, backend_env
 
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(backend, files, marks="not slow", **env):
+def _run(backend, files, compile_cache, marks="not slow", **env):
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
     proc = subprocess.run(
         command + ["-m", marks] + files,
         cwd=ROOT,
-        env={
-            **os.environ,
-            "KERAS_BACKEND": backend,
-            "JAX_PLATFORMS": "cpu",
-            "CUDA_VISIBLE_DEVICES": "",
-            **env,
-        },
+        env={**os.environ, **backend_env(backend, compile_cache), **env},
         capture_output=True,
         text=True,
     )
@@ -41,15 +35,15 @@ def _run(backend, files, marks="not slow", **env):
     assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
 
 
-def test_float64_on_jax_with_x64():
+def test_float64_on_jax_with_x64(tmp_path):
     """JAX computes float64 only with x64 on: its own process."""
     if importlib.util.find_spec("jax") is None:
         pytest.skip("jax is not installed")
-    _run("jax", ["tests/layers/test_float64.py"], JAX_ENABLE_X64="1")
+    _run("jax", ["tests/layers/test_float64.py"], tmp_path, JAX_ENABLE_X64="1")
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_layer_suite_passes_on(backend):
+def test_layer_suite_passes_on(backend, tmp_path):
     if importlib.util.find_spec(backend) is None:
         pytest.skip(f"{backend} is not installed")
     if keras.backend.backend() == backend:
@@ -57,7 +51,6 @@ def test_layer_suite_passes_on(backend):
     # Every test of the suite, the slow tier's included (they train and
     # save models), but the distribution launches, which are TensorFlow's.
     distribute = "tests/training/test_distribute.py"
-    _run(
-        backend, [f for f in LAYER_SUITE if f != distribute], "slow or not slow"
-    )
-    _run(backend, [distribute])
+    suite = [f for f in LAYER_SUITE if f != distribute]
+    _run(backend, suite, tmp_path, "slow or not slow")
+    _run(backend, [distribute], tmp_path)

@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from tests.paths import ROOT
-from tests.suites import LAYER_SUITE
+from tests.suites import LAYER_SUITE, backend_env
 
 pytestmark = pytest.mark.slow
 
@@ -60,31 +60,31 @@ def next_keras(tmp_path_factory):
     return folder, next_keras_pin().split("==")[1]
 
 
-def run(folder, command, backend="tensorflow"):
+def run(folder, command, compile_cache, backend="tensorflow"):
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
             [folder, ROOT, os.environ.get("PYTHONPATH", "")]
         ),
-        "KERAS_BACKEND": backend,
-        "JAX_PLATFORMS": "cpu",
-        "CUDA_VISIBLE_DEVICES": "",
+        **backend_env(backend, compile_cache),
     }
     return subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True
     )
 
 
-def test_the_pin_is_the_keras_the_subprocess_imports(next_keras):
+def test_the_pin_is_the_keras_the_subprocess_imports(next_keras, tmp_path):
     folder, version = next_keras
     done = run(
-        folder, [sys.executable, "-c", "import keras; print(keras.version())"]
+        folder,
+        [sys.executable, "-c", "import keras; print(keras.version())"],
+        tmp_path,
     )
     assert done.stdout.strip().splitlines()[-1] == version, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-def test_layer_suite_on_the_next_keras(next_keras, backend):
+def test_layer_suite_on_the_next_keras(next_keras, backend, tmp_path):
     folder, _ = next_keras
     if backend == "jax":
         pytest.importorskip("jax")
@@ -93,6 +93,7 @@ def test_layer_suite_on_the_next_keras(next_keras, backend):
         folder,
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
         + ["-m", "not slow", *files],
+        tmp_path,
         backend,
     )
     tail = (done.stdout + done.stderr)[-4000:]
@@ -101,10 +102,11 @@ def test_layer_suite_on_the_next_keras(next_keras, backend):
 
 
 def test_shipped_model_answers_as_its_saved_model_on_the_next_keras(
-    next_keras,
+    next_keras, tmp_path
 ):
     folder, version = next_keras
-    done = run(folder, [sys.executable, "-m", "tests.shipped_parity", "200"])
+    command = [sys.executable, "-m", "tests.shipped_parity", "200"]
+    done = run(folder, command, tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["keras"] == version
