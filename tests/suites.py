@@ -51,8 +51,8 @@ def backend_env(backend, compile_cache):
     reads them back by their contents. The suite compiles many programs
     equal to one compiled before (a loop's body is a new Python function
     at every call, which JAX's own cache tells apart), and on JAX
-    compiling is most of the suite's time. Give each subprocess a
-    folder of its own (`tmp_path`): the cache takes no lock when two
+    compiling is most of the suite's time. Let one process at a time
+    use a folder (a test's `tmp_path`): the cache takes no lock when two
     processes write at once.
     """
     return {
